@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cupool-bench: what a stream or event costs from the raw driver and from cupool, at 1 to 16
+ * threads, in one run.
+ *
+ *   cupool-bench [streams] [events] [--threads 1,2,4,8,16] [--pairs N] [--driver-pairs N]
+ *                [--repeats R] [--json]
+ *
+ * Each thread makes the current context current, warms up, waits at a barrier, then times N
+ * create+destroy (driver) or acquire+release (cupool) pairs back to back. A repeat's figure is
+ * the mean over threads of each thread's ns per pair (the per-thread cost); the table shows
+ * the median of the repeats. Methods:
+ *   driver        cuStreamCreateWithPriority + cuStreamDestroy (cuEventCreate + cuEventDestroy)
+ *   cupool        cupool_stream_acquire + cupool_stream_release (current-context API)
+ *   pool          cupool_stream_pool_acquire + cupool_stream_pool_release (explicit pool)
+ *   pool-vouched  the same, released with CUPOOL_RELEASE_NOT_CAPTURING (streams only)
+ * Without a GPU the run says so and uses the simulated driver; every figure is then labelled
+ * "simulated".
+ */
+#define _GNU_SOURCE
+#include <cupool.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CUPOOL_PKGLIBDIR
+#define CUPOOL_PKGLIBDIR "/usr/local/lib/cupool"
+#endif
+
+enum kind { STREAMS, EVENTS };
+enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_COUNT };
+static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched"};
+
+static struct {
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+    CUresult (*cuDriverGetVersion)(int *);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventDestroy)(CUevent);
+} drv;
+
+static CUcontext ctx;
+static cupool_stream_pool_t stream_pool;
+static cupool_event_pool_t event_pool;
+static long pairs = 1000000, driver_pairs = 2000;
+static int repeats = 5;
+static int simulated;
+
+static const unsigned int STREAM_FLAGS = CU_STREAM_NON_BLOCKING;
+static const unsigned int EVENT_FLAGS = CU_EVENT_DISABLE_TIMING;
+
+static void die(const char *what, CUresult r)
+{
+    fprintf(stderr, "cupool-bench: %s: %s (%s)\n", what, cupool_result_name(r),
+            cupool_error_string());
+    exit(1);
+}
+
+#define CHECK(call)                      \
+    do {                                 \
+        CUresult r_ = (call);            \
+        if (r_ != CUDA_SUCCESS)          \
+            die(#call, r_);              \
+    } while (0)
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/* ---- the timed loops ---- */
+
+static CUresult run_pairs(enum kind k, enum method m, long n)
+{
+    CUresult r = CUDA_SUCCESS;
+    for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        if (k == STREAMS) {
+            CUstream s;
+            switch (m) {
+            case M_DRIVER:
+                if ((r = drv.cuStreamCreateWithPriority(&s, STREAM_FLAGS, 0)) == CUDA_SUCCESS)
+                    r = drv.cuStreamDestroy(s);
+                break;
+            case M_CUPOOL:
+                if ((r = cupool_stream_acquire(&s, STREAM_FLAGS, 0)) == CUDA_SUCCESS)
+                    r = cupool_stream_release(s);
+                break;
+            case M_POOL:
+                if ((r = cupool_stream_pool_acquire(stream_pool, &s)) == CUDA_SUCCESS)
+                    r = cupool_stream_pool_release(stream_pool, s, 0);
+                break;
+            default:
+                if ((r = cupool_stream_pool_acquire(stream_pool, &s)) == CUDA_SUCCESS)
+                    r = cupool_stream_pool_release(stream_pool, s, CUPOOL_RELEASE_NOT_CAPTURING);
+                break;
+            }
+        } else {
+            CUevent e;
+            switch (m) {
+            case M_DRIVER:
+                if ((r = drv.cuEventCreate(&e, EVENT_FLAGS)) == CUDA_SUCCESS)
+                    r = drv.cuEventDestroy(e);
+                break;
+            case M_CUPOOL:
+                if ((r = cupool_event_acquire(&e, EVENT_FLAGS)) == CUDA_SUCCESS)
+                    r = cupool_event_release(e);
+                break;
+            default:
+                if ((r = cupool_event_pool_acquire(event_pool, &e)) == CUDA_SUCCESS)
+                    r = cupool_event_pool_release(event_pool, e);
+                break;
+            }
+        }
+    }
+    return r;
+}
+
+struct worker {
+    pthread_t thread;
+    enum kind kind;
+    enum method method;
+    long n;
+    pthread_barrier_t *start;
+    double ns;
+    CUresult r;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    w->r = drv.cuCtxSetCurrent(ctx);
+    if (w->r == CUDA_SUCCESS) /* warm: the thread's magazines hold a handle afterwards */
+        w->r = run_pairs(w->kind, w->method, w->method == M_DRIVER ? 20 : 1000);
+    pthread_barrier_wait(w->start);
+    double t0 = now_ns();
+    if (w->r == CUDA_SUCCESS)
+        w->r = run_pairs(w->kind, w->method, w->n);
+    w->ns = (now_ns() - t0) / (double)w->n;
+    return NULL;
+}
+
+/* One repeat: mean over threads of each thread's ns per pair. */
+static double measure(enum kind k, enum method m, int threads)
+{
+    struct worker w[64];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned int)threads);
+    for (int i = 0; i < threads; i++) {
+        w[i] = (struct worker){.kind = k, .method = m, .start = &start,
+                               .n = m == M_DRIVER ? driver_pairs : pairs};
+        if (pthread_create(&w[i].thread, NULL, worker_main, &w[i]) != 0) {
+            perror("pthread_create");
+            exit(1);
+        }
+    }
+    double sum = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(w[i].thread, NULL);
+        if (w[i].r != CUDA_SUCCESS)
+            die(method_names[m], w[i].r);
+        sum += w[i].ns;
+    }
+    pthread_barrier_destroy(&start);
+    return sum / threads;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- driver choice ---- */
+
+/* In a child (so this process stays untouched): does the real driver load and see a GPU? */
+static int real_gpu_answers(char *why, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        int n = 0;
+        CUresult (*count)(int *) = NULL;
+        CUresult r = cupool_init();
+        if (r == CUDA_SUCCESS)
+            r = cupool_driver_get_proc("cuDeviceGetCount", 2000, (void **)&count);
+        if (r == CUDA_SUCCESS)
+            r = count(&n);
+        if (r != CUDA_SUCCESS || n == 0) {
+            const char *msg = r != CUDA_SUCCESS ? cupool_error_string() : "no CUDA device";
+            ssize_t wr = write(fds[1], msg, strlen(msg));
+            (void)wr;
+            _exit(1);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    ssize_t got = read(fds[0], why, len - 1);
+    why[got > 0 ? got : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+static int find_simulator(char *out, size_t len)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        /* uninstalled: bench/cupool-bench or bench/.libs/cupool-bench in the build tree */
+        static const char *const rel[] = {"/../tests/fakecuda/.libs/fakecuda.so",
+                                          "/../../tests/fakecuda/.libs/fakecuda.so"};
+        for (int i = 0; i < 2; i++) {
+            if ((size_t)snprintf(out, len, "%.*s%s", (int)(len - 64), exe, rel[i]) < len &&
+                access(out, R_OK) == 0)
+                return 1;
+        }
+    }
+    snprintf(out, len, "%s/fakecuda.so", CUPOOL_PKGLIBDIR);
+    return access(out, R_OK) == 0;
+}
+
+#define RESOLVE(name, version) CHECK(cupool_driver_get_proc(#name, version, (void **)&drv.name))
+
+static void setup_driver(int json)
+{
+    char why[512] = "";
+    const char *forced = getenv("CUPOOL_DRIVER_PATH");
+    if (!forced || !*forced) {
+        if (!real_gpu_answers(why, sizeof(why))) {
+            char sim[PATH_MAX];
+            if (!find_simulator(sim, sizeof(sim))) {
+                fprintf(stderr, "cupool-bench: no GPU (%s) and no simulated driver found\n", why);
+                exit(1);
+            }
+            fprintf(json ? stderr : stdout,
+                    "NO GPU: %s\nRunning on the SIMULATED driver %s: every figure below measures "
+                    "the simulation, not CUDA.\n\n",
+                    why, sim);
+            setenv("CUPOOL_DRIVER_PATH", sim, 1);
+        }
+    }
+    CHECK(cupool_init());
+    /* The simulated driver exports its control functions; the real one has none. */
+    const char *path = getenv("CUPOOL_DRIVER_PATH");
+    void *h = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    simulated = h && dlsym(h, "fakecuda_live_streams") != NULL;
+    if (h)
+        dlclose(h);
+    RESOLVE(cuDeviceGet, 2000);
+    RESOLVE(cuDeviceGetName, 2000);
+    RESOLVE(cuDriverGetVersion, 2020);
+    RESOLVE(cuDevicePrimaryCtxRetain, 7000);
+    RESOLVE(cuCtxSetCurrent, 4000);
+    RESOLVE(cuStreamCreateWithPriority, 5050);
+    RESOLVE(cuStreamDestroy, 4000);
+    RESOLVE(cuEventCreate, 2000);
+    RESOLVE(cuEventDestroy, 4000);
+    CUdevice dev;
+    CHECK(drv.cuDeviceGet(&dev, 0));
+    CHECK(drv.cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(drv.cuCtxSetCurrent(ctx));
+    CHECK(cupool_stream_pool_get(&stream_pool, ctx, STREAM_FLAGS, 0));
+    CHECK(cupool_event_pool_get(&event_pool, ctx, EVENT_FLAGS));
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: cupool-bench [streams] [events] [--threads LIST] [--pairs N] "
+               "[--driver-pairs N] [--repeats R] [--json]\n"
+               "  streams, events   what to measure (default: both)\n"
+               "  --threads LIST    comma-separated thread counts (default 1,2,4,8,16)\n"
+               "  --pairs N         cupool pairs per thread per repeat (default 1000000)\n"
+               "  --driver-pairs N  raw driver pairs per thread per repeat (default 2000)\n"
+               "  --repeats R       repeats; the median is reported (default 5)\n"
+               "  --json            one JSON document on stdout instead of tables\n");
+}
+
+static long parse_long(const char *s, const char *what, long min, long max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < min || v > max) {
+        fprintf(stderr, "cupool-bench: %s must be an integer from %ld to %ld, not '%s'\n", what,
+                min, max, s);
+        exit(2);
+    }
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    int kinds[2] = {0, 0}, json = 0;
+    int threads[16] = {1, 2, 4, 8, 16}, nthreads = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "streams"))
+            kinds[STREAMS] = 1;
+        else if (!strcmp(a, "events"))
+            kinds[EVENTS] = 1;
+        else if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (i + 1 < argc && !strcmp(a, "--pairs"))
+            pairs = parse_long(argv[++i], "--pairs", 1, 1000000000);
+        else if (i + 1 < argc && !strcmp(a, "--driver-pairs"))
+            driver_pairs = parse_long(argv[++i], "--driver-pairs", 1, 100000000);
+        else if (i + 1 < argc && !strcmp(a, "--repeats"))
+            repeats = (int)parse_long(argv[++i], "--repeats", 1, 1000);
+        else if (i + 1 < argc && !strcmp(a, "--threads")) {
+            nthreads = 0;
+            char *list = argv[++i], *save = NULL;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (nthreads == 16) {
+                    fprintf(stderr, "cupool-bench: at most 16 thread counts\n");
+                    return 2;
+                }
+                threads[nthreads++] = (int)parse_long(t, "a thread count", 1, 64);
+            }
+            if (!nthreads) {
+                usage(stderr);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "cupool-bench: unknown argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!kinds[STREAMS] && !kinds[EVENTS])
+        kinds[STREAMS] = kinds[EVENTS] = 1;
+
+    setup_driver(json);
+    char gpu[256] = "";
+    CUdevice dev;
+    CHECK(drv.cuDeviceGet(&dev, 0));
+    CHECK(drv.cuDeviceGetName(gpu, sizeof(gpu), dev));
+    int version = 0;
+    CHECK(drv.cuDriverGetVersion(&version));
+    char date[32];
+    time_t t = time(NULL);
+    strftime(date, sizeof(date), "%Y-%m-%d", gmtime(&t));
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+    const char *label = simulated ? " [simulated]" : "";
+    if (json)
+        printf("{\"date\":\"%s\",\"gpu\":\"%s\",\"cuda_driver_version\":%d,\"simulated\":%s,"
+               "\"cpus\":%ld,\"cupool_version\":\"%s\",\"pairs\":%ld,\"driver_pairs\":%ld,"
+               "\"repeats\":%d,\"results\":[",
+               date, gpu, version, simulated ? "true" : "false", cpus, cupool_version(), pairs,
+               driver_pairs, repeats);
+    else
+        printf("cupool-bench %s, %s: %s, CUDA driver %d.%d, %ld CPUs%s\n"
+               "ns per create+destroy (driver) or acquire+release (cupool) pair, per thread; "
+               "median of %d repeats\n",
+               cupool_version(), date, gpu, version / 1000, version % 1000 / 10, cpus, label,
+               repeats);
+
+    int first = 1;
+    for (int k = STREAMS; k <= EVENTS; k++) {
+        if (!kinds[k])
+            continue;
+        int nmethods = k == STREAMS ? M_COUNT : M_POOL + 1;
+        double med[16][M_COUNT];
+        if (!json) {
+            printf("\n%s%s\n%7s", k == STREAMS ? "streams" : "events", label, "threads");
+            for (int m = 0; m < nmethods; m++)
+                printf(" %13s", method_names[m]);
+            for (int m = 1; m < nmethods; m++)
+                printf(" %9s", "x");
+            printf("\n");
+        }
+        for (int ti = 0; ti < nthreads; ti++) {
+            for (int m = 0; m < nmethods; m++) {
+                double rep[1000];
+                for (int r = 0; r < repeats; r++)
+                    rep[r] = measure((enum kind)k, (enum method)m, threads[ti]);
+                qsort(rep, (size_t)repeats, sizeof(double), cmp_double);
+                med[ti][m] = repeats % 2 ? rep[repeats / 2]
+                                         : (rep[repeats / 2 - 1] + rep[repeats / 2]) / 2;
+                if (json) {
+                    printf("%s{\"kind\":\"%s\",\"method\":\"%s\",\"threads\":%d,"
+                           "\"ns_per_pair_median\":%.2f,\"repeats_ns\":[",
+                           first ? "" : ",", k == STREAMS ? "streams" : "events", method_names[m],
+                           threads[ti], med[ti][m]);
+                    for (int r = 0; r < repeats; r++)
+                        printf("%s%.2f", r ? "," : "", rep[r]);
+                    printf("]}");
+                    first = 0;
+                }
+            }
+            if (!json) {
+                printf("%7d", threads[ti]);
+                for (int m = 0; m < nmethods; m++)
+                    printf(" %13.1f", med[ti][m]);
+                for (int m = 1; m < nmethods; m++)
+                    printf(" %8.0fx", med[ti][M_DRIVER] / med[ti][m]);
+                printf("\n");
+                fflush(stdout);
+            }
+        }
+        if (!json) {
+            printf("per-thread cost at %d threads / at %d thread%s:", threads[nthreads - 1],
+                   threads[0], threads[0] == 1 ? "" : "s");
+            for (int m = 0; m < nmethods; m++)
+                printf(" %s %.2f%s", method_names[m], med[nthreads - 1][m] / med[0][m],
+                       m + 1 < nmethods ? "," : "\n");
+            printf("(x = speedup over the driver)\n");
+        }
+    }
+    if (json)
+        printf("]}\n");
+    return 0;
+}

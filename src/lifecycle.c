@@ -1,0 +1,147 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Initialisation, exit and fork. The atexit and pthread_atfork handlers are registered at the
+ * first initialisation, so they run before the exit handlers of anything initialised later
+ * (the CUDA runtime's teardown among them when cupool was used first). At exit cupool stops
+ * calling the driver and leaks what it holds: a driver being torn down can crash or hang on a
+ * destroy, and the process is about to release everything anyway.
+ */
+#include "internal.h"
+#include "lifecycle.h"
+#include "config.h"
+#include "driver.h"
+#include "error.h"
+#include "pool.h"
+#include "alloc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+_Atomic int cupool__state = CUPOOL_ST_UNINIT;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+static char init_message[CUPOOL_ERRMSG_MAX] = "not initialised";
+
+static void print_stats_at_exit(void)
+{
+    if (cupool__cfg.stats_mode == CUPOOL_STATS_STDERR) {
+        cupool_stats_print(stderr);
+        fflush(stderr);
+        return;
+    }
+    if (cupool__cfg.stats_mode != CUPOOL_STATS_FILE)
+        return;
+    /* Never follow a symbolic link: the path comes from the environment, and the process may
+     * run with more privilege than whoever set it. */
+    int fd = open(cupool__cfg.stats_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                  0644);
+    if (fd < 0) {
+        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: cannot open %s: %s", cupool__cfg.stats_path,
+                    strerror(errno));
+        return;
+    }
+    FILE *f = fdopen(fd, "a");
+    if (!f) {
+        close(fd);
+        return;
+    }
+    cupool_stats_print(f);
+    fclose(f);
+}
+
+static void at_exit(void)
+{
+    int st = cupool__state_now();
+    if (st == CUPOOL_ST_FORKED)
+        return;
+    atomic_store(&cupool__state, CUPOOL_ST_EXITING);
+    print_stats_at_exit();
+}
+
+static void at_fork_child(void)
+{
+    /* The child shares no usable CUDA state with its parent (the driver refuses every call
+     * there too); cupool's pools hold the parent's handles, so they are abandoned unused. */
+    atomic_store(&cupool__state, CUPOOL_ST_FORKED);
+}
+
+static void init_once_fn(void)
+{
+    cupool__config_load();
+    cupool__pool_init();
+    atexit(at_exit);
+    pthread_atfork(NULL, NULL, at_fork_child);
+    init_result = cupool__driver_load(cupool__cfg.driver_path, init_message, sizeof(init_message));
+    if (init_result != CUDA_SUCCESS) {
+        cupool__log(CUPOOL_LOG_INFO, "%s", init_message);
+        atomic_store(&cupool__state, CUPOOL_ST_FAILED);
+        return;
+    }
+    cupool__log(CUPOOL_LOG_INFO, "driver %s (CUDA %d.%d), metadata from %s%s", cupool__drv.path,
+                cupool__drv.version / 1000, cupool__drv.version % 1000 / 10, cupool__alloc_name(),
+                cupool__cfg.disable ? ", pooling disabled (CUPOOL_DISABLE)" : "");
+    atomic_store(&cupool__state, cupool__cfg.disable ? CUPOOL_ST_PASSTHROUGH : CUPOOL_ST_RUNNING);
+}
+
+CUresult cupool__enter(void)
+{
+    int st = cupool__state_now();
+    if (CUPOOL_UNLIKELY(st == CUPOOL_ST_UNINIT)) {
+        pthread_once(&init_once, init_once_fn);
+        st = cupool__state_now();
+    }
+    switch (st) {
+    case CUPOOL_ST_RUNNING:
+    case CUPOOL_ST_PASSTHROUGH:
+        return CUDA_SUCCESS;
+    case CUPOOL_ST_FAILED:
+        return cupool__fail(init_result, "%s", init_message);
+    case CUPOOL_ST_EXITING:
+        return cupool__fail(CUDA_ERROR_DEINITIALIZED,
+                            "the process is exiting: cupool no longer calls the driver");
+    case CUPOOL_ST_DEAD:
+        return cupool__fail(CUDA_ERROR_DEINITIALIZED,
+                            "the driver reported CUDA_ERROR_DEINITIALIZED earlier: cupool no longer "
+                            "calls it");
+    case CUPOOL_ST_FORKED:
+        return cupool__fail(CUDA_ERROR_NOT_PERMITTED,
+                            "this process is a child forked after cupool was initialised: CUDA "
+                            "state cannot be used across fork(); exec or initialise before forking");
+    default:
+        return cupool__fail(CUDA_ERROR_UNKNOWN, "cupool in unknown state %d", st);
+    }
+}
+
+CUresult cupool__driver_result(CUresult result)
+{
+    if (CUPOOL_UNLIKELY(result == CUDA_ERROR_DEINITIALIZED)) {
+        int expected = CUPOOL_ST_RUNNING;
+        if (!atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD)) {
+            expected = CUPOOL_ST_PASSTHROUGH;
+            atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD);
+        }
+    }
+    return result;
+}
+
+CUresult cupool_init(void)
+{
+    return cupool__enter();
+}
+
+CUresult cupool_driver_get_proc(const char *symbol, int cuda_version, void **pfn)
+{
+    if (!symbol || !pfn)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_driver_get_proc: %s is NULL",
+                            symbol ? "pfn" : "symbol");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return cupool__driver_get_proc(symbol, cuda_version, pfn);
+}

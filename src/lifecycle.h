@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Lifecycle: UNINIT -> RUNNING (or PASSTHROUGH with CUPOOL_DISABLE=1, or FAILED when the driver
+ * cannot be loaded) -> EXITING (atexit) / DEAD (the driver said CUDA_ERROR_DEINITIALIZED);
+ * FORKED in a child created after initialisation. Only RUNNING takes the fast paths; every
+ * other state is handled on the slow path, so the fast path checks one relaxed load.
+ */
+#ifndef CUPOOL_LIFECYCLE_H
+#define CUPOOL_LIFECYCLE_H
+#include "internal.h"
+
+enum cupool__state {
+    CUPOOL_ST_UNINIT = 0,
+    CUPOOL_ST_RUNNING,
+    CUPOOL_ST_PASSTHROUGH, /* CUPOOL_DISABLE=1: acquire creates, release destroys */
+    CUPOOL_ST_FAILED,      /* driver could not be loaded: every call returns the load error */
+    CUPOOL_ST_EXITING,     /* process exit has begun: no driver call ever again */
+    CUPOOL_ST_DEAD,        /* driver reported CUDA_ERROR_DEINITIALIZED: no driver call again */
+    CUPOOL_ST_FORKED       /* child of fork() after initialisation: nothing works, by design */
+};
+
+extern _Atomic int cupool__state;
+
+static inline int cupool__state_now(void)
+{
+    return atomic_load_explicit(&cupool__state, CUPOOL_RELAXED);
+}
+
+/*
+ * Initialises once (configuration, driver) and returns CUDA_SUCCESS when the library may
+ * call the driver (RUNNING or PASSTHROUGH); otherwise the state's error code, with a message
+ * for cupool_error_string(). For acquire-like calls.
+ */
+CUresult cupool__enter(void);
+
+/* Records what a driver call returned: CUDA_ERROR_DEINITIALIZED moves the library to DEAD.
+ * Returns `result`. */
+CUresult cupool__driver_result(CUresult result);
+
+#endif

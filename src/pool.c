@@ -1,0 +1,978 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pools: thread caches, classes, the depot exchange, and (at the end of this file) the
+ * public acquire/release functions, which are the hot path.
+ *
+ * Hot path, acquire: one relaxed load of the lifecycle state; for the current-context API one
+ * cuCtxGetId(NULL) and a 4-entry per-thread class cache; then a pop from the thread's loaded
+ * magazine. Release: a lock-free registry lookup (one multiply, one or two loads), the
+ * ownership check, and a push onto the releasing thread's magazine. No lock, no atomic
+ * read-modify-write, no driver call on release.
+ *
+ * Streams released without CUPOOL_RELEASE_NOT_CAPTURING are pooled "unchecked" and vetted
+ * with cuStreamIsCapturing() when an acquire next takes them. Vetting there, not at release,
+ * is deliberate: at acquire the current context's id matches the class's, so the context and
+ * its streams are known to be alive, while a release may come after a context reset, when any
+ * driver call on the old stream crashes the driver (seen on an H200, driver 580.159).
+ */
+#include "internal.h"
+#include "pool.h"
+#include "alloc.h"
+#include "config.h"
+#include "driver.h"
+#include "error.h"
+#include "lifecycle.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
+
+static pthread_key_t tc_key;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
+static _Atomic(struct cupool__tcache *) tc_list;
+
+static _Atomic(struct cupool__class *) class_list;
+static _Atomic uint32_t class_count;
+static _Atomic(struct cupool__class *) class_by_index[CUPOOL_MAX_CLASSES];
+
+struct cupool__class *cupool__classes(void)
+{
+    return atomic_load_explicit(&class_list, CUPOOL_ACQUIRE);
+}
+
+uint32_t cupool__class_limit(void)
+{
+    uint32_t n = atomic_load_explicit(&class_count, CUPOOL_ACQUIRE);
+    return n < CUPOOL_MAX_CLASSES ? n : CUPOOL_MAX_CLASSES;
+}
+
+struct cupool__class *cupool__class_at(uint32_t index)
+{
+    return atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
+}
+
+struct cupool__tcache *cupool__tcaches(void)
+{
+    return atomic_load_explicit(&tc_list, CUPOOL_ACQUIRE);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Thread caches                                                                            */
+/* ---------------------------------------------------------------------------------------- */
+
+static inline struct cupool__slot *slot_of(struct cupool__tcache *tc, uint32_t index)
+{
+    struct cupool__slot *chunk = atomic_load_explicit(&tc->chunks[index / CUPOOL_SLOTS_PER_CHUNK],
+                                                      CUPOOL_RELAXED);
+    return chunk ? &chunk[index % CUPOOL_SLOTS_PER_CHUNK] : NULL;
+}
+
+const struct cupool__slot *cupool__slot_peek(const struct cupool__tcache *tc, uint32_t index)
+{
+    struct cupool__slot *chunk = atomic_load_explicit(
+        (_Atomic(struct cupool__slot *) *)&tc->chunks[index / CUPOOL_SLOTS_PER_CHUNK],
+        CUPOOL_ACQUIRE);
+    return chunk ? &chunk[index % CUPOOL_SLOTS_PER_CHUNK] : NULL;
+}
+
+static struct cupool__slot *slot_get(struct cupool__tcache *tc, uint32_t index)
+{
+    struct cupool__slot *s = slot_of(tc, index);
+    if (s)
+        return s;
+    struct cupool__slot *chunk = cupool__alloc(CUPOOL_SLOTS_PER_CHUNK * sizeof(*chunk));
+    if (!chunk)
+        return NULL;
+    atomic_store_explicit(&tc->chunks[index / CUPOOL_SLOTS_PER_CHUNK], chunk, CUPOOL_RELEASE);
+    return &chunk[index % CUPOOL_SLOTS_PER_CHUNK];
+}
+
+static bool depot_put(struct cupool__class *cls, struct cupool__magazine *m);
+
+/* Moves a slot's magazines to its class's depot (or the global empty stack). No driver call. */
+static void slot_flush(struct cupool__class *cls, struct cupool__slot *s)
+{
+    struct cupool__magazine *mags[2] = {s->loaded, s->previous};
+    s->loaded = s->previous = NULL;
+    for (int i = 0; i < 2; i++) {
+        if (!mags[i])
+            continue;
+        if (mags[i]->count)
+            depot_put(cls, mags[i]);
+        else
+            cupool__mag_put(mags[i]);
+    }
+}
+
+static void tcache_flush(struct cupool__tcache *tc)
+{
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        struct cupool__slot *s = slot_of(tc, i);
+        struct cupool__class *cls = cupool__class_at(i);
+        if (s && cls)
+            slot_flush(cls, s);
+    }
+}
+
+/* pthread key destructor: the exiting thread's cached handles go to the depot, without any
+ * driver call, and its cache becomes free for a later thread. */
+static void tcache_exit(void *arg)
+{
+    struct cupool__tcache *tc = arg;
+    if (cupool__state_now() != CUPOOL_ST_FORKED)
+        tcache_flush(tc);
+    cupool__tl = NULL;
+    atomic_store_explicit(&tc->active, 0, CUPOOL_RELEASE);
+}
+
+static void tc_key_create(void)
+{
+    if (pthread_key_create(&tc_key, tcache_exit) != 0)
+        cupool__log(CUPOOL_LOG_ERROR, "pthread_key_create failed: thread caches will not be "
+                                      "returned at thread exit");
+}
+
+struct cupool__tcache *cupool__tcache_self(void)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(tc != NULL))
+        return tc;
+    pthread_once(&tc_once, tc_key_create);
+    for (tc = atomic_load_explicit(&tc_list, CUPOOL_ACQUIRE); tc; tc = tc->next) {
+        int idle = 0;
+        if (atomic_load_explicit(&tc->active, CUPOOL_RELAXED) == 0 &&
+            atomic_compare_exchange_strong_explicit(&tc->active, &idle, 1, CUPOOL_ACQUIRE,
+                                                    CUPOOL_RELAXED))
+            break;
+    }
+    if (!tc) {
+        tc = cupool__alloc(sizeof(*tc));
+        if (!tc)
+            return NULL;
+        atomic_store_explicit(&tc->active, 1, CUPOOL_RELAXED);
+        struct cupool__tcache *head = atomic_load_explicit(&tc_list, CUPOOL_RELAXED);
+        do
+            tc->next = head;
+        while (!atomic_compare_exchange_weak_explicit(&tc_list, &head, tc, CUPOOL_RELEASE,
+                                                      CUPOOL_RELAXED));
+    }
+    snprintf(tc->errmsg, sizeof(tc->errmsg), "no error");
+    pthread_setspecific(tc_key, tc);
+    cupool__tl = tc;
+    return tc;
+}
+
+void cupool__pool_init(void)
+{
+    cupool__mag_init(cupool__cfg.magazine_size);
+    pthread_once(&tc_once, tc_key_create);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Accounting and handle disposal (slow paths)                                             */
+/* ---------------------------------------------------------------------------------------- */
+
+static void live_add(struct cupool__class *cls, int64_t delta)
+{
+    int64_t now = atomic_fetch_add_explicit(&cls->live, delta, CUPOOL_RELAXED) + delta;
+    if (delta <= 0)
+        return;
+    uint64_t hw = atomic_load_explicit(&cls->high_water, CUPOOL_RELAXED);
+    while ((uint64_t)now > hw &&
+           !atomic_compare_exchange_weak_explicit(&cls->high_water, &hw, (uint64_t)now,
+                                                  CUPOOL_RELAXED, CUPOOL_RELAXED))
+        ;
+}
+
+static void class_mark_dead(struct cupool__class *cls)
+{
+    if (atomic_exchange(&cls->alive, 0))
+        cupool__log(CUPOOL_LOG_INFO, "context %llu is gone: its %s pool is retired",
+                    cls->ctx_id, cls->ops->name);
+}
+
+static bool driver_usable(void)
+{
+    int st = cupool__state_now();
+    return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH;
+}
+
+/* True if the class's context still exists (its id is unchanged). One driver call. */
+static bool class_ctx_alive(struct cupool__class *cls)
+{
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) || !driver_usable())
+        return false;
+    unsigned long long id = 0;
+    CUresult r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
+    if (r != CUDA_SUCCESS || id != cls->ctx_id) {
+        class_mark_dead(cls);
+        return false;
+    }
+    return true;
+}
+
+/* Forgets a handle without a driver call (its context is gone, or it is broken). */
+static void handle_forget(struct cupool__class *cls, struct cupool__handle *rec)
+{
+    cupool__registry_remove(rec);
+    live_add(cls, -1);
+    atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
+}
+
+/* Destroys a handle through the driver if `ctx_alive`, forgets it otherwise. */
+static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle *rec,
+                               bool ctx_alive)
+{
+    if (!ctx_alive) {
+        handle_forget(cls, rec);
+        return CUDA_SUCCESS;
+    }
+    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    if (!cupool__registry_remove(rec)) {
+        /* stale: the value now names another handle; this one died with its context */
+        live_add(cls, -1);
+        atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
+        return CUDA_SUCCESS;
+    }
+    CUresult r = cupool__driver_result(cls->ops->destroy(h));
+    live_add(cls, -1);
+    atomic_fetch_add_explicit(&cls->destroys, 1, CUPOOL_RELAXED);
+    if (r != CUDA_SUCCESS)
+        cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h, cls->ctx_id);
+    return r;
+}
+
+/* Destroys the last n handles of a magazine (one context check for the batch). */
+static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine *m, uint32_t n)
+{
+    bool alive = class_ctx_alive(cls);
+    CUresult first = CUDA_SUCCESS;
+    for (uint32_t i = 0; i < n && m->count; i++) {
+        CUresult r = handle_destroy(cls, m->items[--m->count], alive);
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+    }
+    return first;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The depot exchange (slow paths of acquire and release)                                   */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Pushes a filled magazine to the depot, or to the retire stack when the depot would exceed
+ * its cap. Two threads may both pass the check at once: the cap can be overshot by one
+ * magazine per concurrent thread. Returns true if retired. No driver call. */
+static bool depot_put(struct cupool__class *cls, struct cupool__magazine *m)
+{
+    int64_t n = m->count;
+    int64_t idle = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+    if (idle + n > (int64_t)cls->idle_max || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED)) {
+        atomic_fetch_add_explicit(&cls->retire_idle, n, CUPOOL_RELAXED);
+        cupool__stack_push(&cls->retire, m);
+        return true;
+    }
+    atomic_fetch_add_explicit(&cls->depot_idle, n, CUPOOL_RELAXED);
+    cupool__stack_push(&cls->depot, m);
+    return false;
+}
+
+/* Destroys retired magazines until at most `keep` remain queued. Returns the first error. */
+static CUresult drain_retired(struct cupool__class *cls, int64_t keep)
+{
+    CUresult first = CUDA_SUCCESS;
+    while (atomic_load_explicit(&cls->retire_idle, CUPOOL_RELAXED) >
+           keep * (int64_t)cupool__mag_capacity) {
+        struct cupool__magazine *m = cupool__stack_pop(&cls->retire);
+        if (!m)
+            break;
+        atomic_fetch_sub_explicit(&cls->retire_idle, m->count, CUPOOL_RELAXED);
+        CUresult r = destroy_items(cls, m, m->count);
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+        cupool__mag_put(m);
+    }
+    return first;
+}
+
+/* Refills an empty slot: swap in `previous` if it holds handles, else take a filled magazine
+ * from the depot (or rescue one queued for destruction). Returns a record or NULL. */
+static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__slot *s)
+{
+    struct cupool__magazine *m = s->loaded, *p = s->previous;
+    if (p && p->count) {
+        s->loaded = p;
+        s->previous = m;
+        return p->items[--p->count];
+    }
+    struct cupool__magazine *full = cupool__stack_pop(&cls->depot);
+    if (full) {
+        atomic_fetch_sub_explicit(&cls->depot_idle, full->count, CUPOOL_RELAXED);
+    } else if ((full = cupool__stack_pop(&cls->retire)) != NULL) {
+        atomic_fetch_sub_explicit(&cls->retire_idle, full->count, CUPOOL_RELAXED);
+    } else {
+        return NULL;
+    }
+    if (p)
+        cupool__mag_put(p); /* empty here */
+    s->previous = m;
+    s->loaded = full;
+    return full->count ? full->items[--full->count] : NULL;
+}
+
+/* Runs `cls`'s creation with its context current, pushing it when another is current. */
+static CUresult ctx_enter(struct cupool__class *cls, bool *pushed)
+{
+    unsigned long long id = 0;
+    *pushed = false;
+    if (cupool__drv.cuCtxGetId(NULL, &id) == CUDA_SUCCESS && id == cls->ctx_id)
+        return CUDA_SUCCESS;
+    if (!class_ctx_alive(cls))
+        return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                            "the context (id %llu) of this %s pool was destroyed or reset",
+                            cls->ctx_id, cls->ops->name);
+    CUresult r = cupool__driver_result(cupool__drv.cuCtxPushCurrent(cls->ctx));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuCtxPushCurrent(context %llu) failed", cls->ctx_id);
+    *pushed = true;
+    return CUDA_SUCCESS;
+}
+
+static void ctx_leave(bool pushed)
+{
+    CUcontext popped;
+    if (pushed)
+        cupool__drv.cuCtxPopCurrent(&popped);
+}
+
+/* Creates one handle for `cls` and registers it in `state`. */
+static CUresult handle_create(struct cupool__class *cls, bool ctx_current, uint32_t state,
+                              struct cupool__handle **out)
+{
+    bool pushed = false;
+    if (!ctx_current) {
+        CUresult r = ctx_enter(cls, &pushed);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    void *h = NULL;
+    CUresult r = cupool__driver_result(cls->ops->create(cls, &h));
+    ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "creating a %s (flags 0x%x) in context %llu failed",
+                            cls->ops->name, cls->flags, cls->ctx_id);
+    struct cupool__handle *rec = cupool__registry_insert(h, cls, state);
+    if (!rec) {
+        cls->ops->destroy(h);
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to register a new %s",
+                            cls->ops->name);
+    }
+    atomic_fetch_add_explicit(&cls->creates, 1, CUPOOL_RELAXED);
+    live_add(cls, 1);
+    *out = rec;
+    return CUDA_SUCCESS;
+}
+
+/* Creates `n` idle handles into the depot (CUPOOL_*_PREWARM). Errors are logged, not fatal. */
+static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
+{
+    struct cupool__magazine *m = NULL;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!m && !(m = cupool__mag_get()))
+            break;
+        struct cupool__handle *rec;
+        if (handle_create(cls, ctx_current, CUPOOL_H_IDLE, &rec) != CUDA_SUCCESS) {
+            cupool__log(CUPOOL_LOG_WARN, "prewarming %s pool: %s", cls->ops->name,
+                        cupool_error_string());
+            break;
+        }
+        m->items[m->count++] = rec;
+        if (m->count == cupool__mag_capacity) {
+            depot_put(cls, m);
+            m = NULL;
+        }
+    }
+    if (m && m->count)
+        depot_put(cls, m);
+    else if (m)
+        cupool__mag_put(m);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Classes                                                                                  */
+/* ---------------------------------------------------------------------------------------- */
+
+static struct cupool__class *class_find(const struct cupool__class_ops *ops,
+                                        unsigned long long ctx_id, unsigned int flags,
+                                        int priority, struct cupool__class *stop)
+{
+    for (struct cupool__class *c = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE); c != stop;
+         c = c->next)
+        if (c->ops == ops && c->ctx_id == ctx_id && c->flags == flags && c->priority == priority)
+            return c;
+    return NULL;
+}
+
+/* A context pointer seen with a new id means the old context behind that pointer was reset
+ * (the primary context keeps its CUcontext across cuDevicePrimaryCtxReset): retire its pools. */
+static void classes_retire_reset(CUcontext ctx, unsigned long long ctx_id)
+{
+    for (struct cupool__class *c = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE); c; c = c->next)
+        if (c->ctx == ctx && c->ctx_id != ctx_id)
+            class_mark_dead(c);
+}
+
+/*
+ * The class of (ops, context, flags, priority). ctx is the context (NULL: the current one, whose
+ * id is ctx_id). Creates and prewarms the class the first time. Thread-safe and lock-free:
+ * racing creators publish with a CAS and the loser adopts the winner's class.
+ */
+static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
+                          unsigned long long ctx_id, unsigned int flags, int priority,
+                          struct cupool__class **out)
+{
+    bool ctx_current = ctx == NULL;
+    CUresult r;
+    if (ctx_current) {
+        r = cupool__driver_result(cupool__drv.cuCtxGetCurrent(&ctx));
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "cuCtxGetCurrent failed");
+        if (!ctx)
+            return cupool__fail(CUDA_ERROR_INVALID_CONTEXT, "no current context");
+    }
+    int clamped = 0;
+    if (ops->kind == CUPOOL_KIND_STREAM) {
+        struct cupool__class probe = {.ctx = ctx, .ctx_id = ctx_id, .ops = ops, .alive = 1};
+        bool pushed = false;
+        if (!ctx_current && (r = ctx_enter(&probe, &pushed)) != CUDA_SUCCESS)
+            return r;
+        r = cupool__stream_priority_clamp(priority, &clamped);
+        ctx_leave(pushed);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    struct cupool__class *head = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE);
+    struct cupool__class *c = class_find(ops, ctx_id, flags, clamped, NULL);
+    if (c) {
+        *out = c;
+        return CUDA_SUCCESS;
+    }
+    uint32_t index = atomic_fetch_add_explicit(&class_count, 1, CUPOOL_ACQ_REL);
+    if (index >= CUPOOL_MAX_CLASSES) {
+        atomic_fetch_sub_explicit(&class_count, 1, CUPOOL_ACQ_REL);
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "more than %d pool classes",
+                            CUPOOL_MAX_CLASSES);
+    }
+    struct cupool__class *fresh = cupool__alloc(sizeof(*fresh));
+    if (!fresh)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a new %s pool", ops->name);
+    fresh->magic = CUPOOL_CLASS_MAGIC;
+    fresh->index = index;
+    fresh->ops = ops;
+    fresh->flags = flags;
+    fresh->priority = clamped;
+    fresh->ctx_id = ctx_id;
+    fresh->ctx = ctx;
+    bool stream = ops->kind == CUPOOL_KIND_STREAM;
+    fresh->idle_max = stream ? cupool__cfg.stream_idle_max : cupool__cfg.event_idle_max;
+    fresh->low_water = stream ? cupool__cfg.stream_prewarm : cupool__cfg.event_prewarm;
+    atomic_store_explicit(&fresh->alive, 1, CUPOOL_RELAXED);
+    for (;;) {
+        fresh->next = head;
+        if (atomic_compare_exchange_weak_explicit(&class_list, &head, fresh, CUPOOL_RELEASE,
+                                                  CUPOOL_ACQUIRE))
+            break;
+        /* Someone published first: was it this very class? Only the new prefix can hold it. */
+        c = class_find(ops, ctx_id, flags, clamped, fresh->next);
+        if (c) {
+            /* The burnt index stays unused; every slot at that index stays empty. */
+            cupool__free(fresh, sizeof(*fresh));
+            *out = c;
+            return CUDA_SUCCESS;
+        }
+    }
+    atomic_store_explicit(&class_by_index[index], fresh, CUPOOL_RELEASE);
+    classes_retire_reset(ctx, ctx_id);
+    if (fresh->low_water && cupool__state_now() == CUPOOL_ST_RUNNING)
+        prewarm(fresh, fresh->low_water, ctx_current);
+    *out = fresh;
+    return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Acquire and release, shared by streams and events                                        */
+/* ---------------------------------------------------------------------------------------- */
+
+/* Checks a pooled stream the previous owner released unchecked. Returns 0 when it may be
+ * handed out, 1 when it was dropped and another should be tried, -1 with *err on failure. */
+static int stream_vet(struct cupool__class *cls, struct cupool__handle *rec, bool ctx_current,
+                      CUresult *err)
+{
+    if (!ctx_current && !class_ctx_alive(cls)) {
+        handle_forget(cls, rec);
+        *err = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                            "the context (id %llu) of this stream pool was destroyed or reset",
+                            cls->ctx_id);
+        return -1;
+    }
+    CUstream s = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = cupool__drv.cuStreamIsCapturing(s, &status);
+    if (CUPOOL_LIKELY(r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE))
+        return 0;
+    if (r == CUDA_SUCCESS) {
+        cupool__log(CUPOOL_LOG_WARN,
+                    "stream %p was released while in stream capture; it is destroyed, not reused",
+                    (void *)s);
+        atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
+        handle_destroy(cls, rec, true);
+        return 1;
+    }
+    cupool__driver_result(r);
+    handle_forget(cls, rec);
+    *err = cupool__fail(r, "the context (id %llu) of stream %p is in error", cls->ctx_id,
+                        (void *)s);
+    return -1;
+}
+
+/* Everything but a magazine hit: init and lifecycle states, dead classes, the depot
+ * exchange, and creation on a miss (or always, with CUPOOL_DISABLE). */
+static CUresult acquire_slow(struct cupool__class *cls, bool ctx_current,
+                             struct cupool__handle **out)
+{
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
+        return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                            "the context (id %llu) of this %s pool was destroyed or reset",
+                            cls->ctx_id, cls->ops->name);
+    struct cupool__tcache *tc = cupool__tcache_self();
+    struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
+    if (!s)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for the thread's %s cache",
+                            cls->ops->name);
+    if (cupool__state_now() == CUPOOL_ST_RUNNING) {
+        struct cupool__handle *rec = refill(cls, s);
+        if (rec) {
+            *out = rec;
+            return CUDA_SUCCESS;
+        }
+    }
+    CUresult r = handle_create(cls, ctx_current, CUPOOL_H_OWNED, out);
+    if (r == CUDA_SUCCESS)
+        atomic_fetch_add_explicit(&cls->misses, 1, CUPOOL_RELAXED);
+    return r;
+}
+
+/* Takes a handle of `cls` for the caller. Lifecycle state already checked by the caller. */
+static inline CUresult acquire_from(struct cupool__class *cls, bool ctx_current, void **out)
+{
+    for (;;) {
+        struct cupool__tcache *tc = cupool__tl;
+        struct cupool__slot *s = tc ? slot_of(tc, cls->index) : NULL;
+        struct cupool__magazine *m = s ? s->loaded : NULL;
+        struct cupool__handle *rec;
+        if (CUPOOL_LIKELY(m && m->count && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+            rec = m->items[--m->count];
+        } else {
+            CUresult r = acquire_slow(cls, ctx_current, &rec);
+            if (r != CUDA_SUCCESS)
+                return r;
+            s = slot_of(cupool__tl, cls->index);
+        }
+        uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
+        if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE && st != CUPOOL_H_OWNED)) {
+            if (st == CUPOOL_H_STALE) {
+                handle_forget(cls, rec);
+                continue;
+            }
+            CUresult err = CUDA_SUCCESS;
+            int v = stream_vet(cls, rec, ctx_current, &err);
+            if (v > 0)
+                continue;
+            if (v < 0)
+                return err;
+        }
+        atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+        cupool__counter_inc(&s->acquires);
+        *out = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+        return CUDA_SUCCESS;
+    }
+}
+
+/* Why a release was refused; or, for a handle of a context that is gone, its quiet end. */
+static CUresult release_refused(const struct cupool__class_ops *ops,
+                                const struct cupool__class *expect, void *h,
+                                struct cupool__handle *rec)
+{
+    if (!h)
+        return cupool__fail(CUDA_ERROR_INVALID_HANDLE, "NULL %s", ops->name);
+    if (!rec)
+        return cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                            "%s %p was not handed out by cupool (or was already destroyed)",
+                            ops->name, h);
+    struct cupool__class *cls = atomic_load_explicit(&rec->cls, CUPOOL_RELAXED);
+    if (cls->ops != ops)
+        return cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%p is not a %s (it is a pooled %s)", h,
+                            ops->name, cls->ops->name);
+    if (expect && cls != expect)
+        return cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                            "%s %p belongs to another pool (context %llu, flags 0x%x)", ops->name,
+                            h, cls->ctx_id, cls->flags);
+    if (atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_OWNED)
+        return cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%s %p was already released", ops->name,
+                            h);
+    /* Owned, but its context is gone: forget it without touching the driver. */
+    handle_forget(cls, rec);
+    struct cupool__tcache *tc = cupool__tcache_self();
+    struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
+    if (s)
+        cupool__counter_inc(&s->releases);
+    return CUDA_SUCCESS;
+}
+
+static inline bool release_ok(const struct cupool__class_ops *ops,
+                              const struct cupool__class *expect, struct cupool__handle *rec,
+                              struct cupool__class **cls_out)
+{
+    if (CUPOOL_UNLIKELY(!rec))
+        return false;
+    struct cupool__class *cls = atomic_load_explicit(&rec->cls, CUPOOL_RELAXED);
+    *cls_out = cls;
+    return cls->ops == ops && (!expect || cls == expect) &&
+           atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
+           atomic_load_explicit(&cls->alive, CUPOOL_RELAXED);
+}
+
+/* Magazine full (or no cache yet): exchange with the depot, then push. */
+static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *rec,
+                             uint32_t idle_state)
+{
+    struct cupool__tcache *tc = cupool__tcache_self();
+    struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    bool retired = false;
+    if (s && m && m->count == cupool__mag_capacity) {
+        struct cupool__magazine *p = s->previous;
+        if (p && p->count == 0) {
+            s->loaded = p;
+            s->previous = m;
+            m = p;
+        } else {
+            if (p)
+                retired = depot_put(cls, p);
+            s->previous = m;
+            m = s->loaded = cupool__mag_get();
+        }
+    } else if (s && !m) {
+        m = s->loaded = cupool__mag_get();
+    }
+    if (!m) {
+        /* No memory for a magazine: the handle cannot be pooled; destroy it now. */
+        if (s)
+            cupool__counter_inc(&s->releases);
+        return handle_destroy(cls, rec, class_ctx_alive(cls));
+    }
+    atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+    m->items[m->count++] = rec;
+    cupool__counter_inc(&s->releases);
+    if (retired)
+        drain_retired(cls, 1); /* keep the newest magazine queued: a later miss may rescue it */
+    return CUDA_SUCCESS;
+}
+
+static CUresult release_handle(const struct cupool__class_ops *ops,
+                               struct cupool__class *expect, void *h, uint32_t idle_state);
+
+/* Release in any state but RUNNING. */
+static CUresult release_other_state(const struct cupool__class_ops *ops,
+                                    struct cupool__class *expect, void *h, uint32_t idle_state)
+{
+    int st = cupool__state_now();
+    if (st == CUPOOL_ST_EXITING || st == CUPOOL_ST_DEAD)
+        return CUDA_SUCCESS; /* the handle is left to the dying driver */
+    if (st != CUPOOL_ST_PASSTHROUGH) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (cupool__state_now() == CUPOOL_ST_RUNNING)
+            return release_handle(ops, expect, h, idle_state);
+    }
+    /* CUPOOL_DISABLE: validate exactly as when pooling, then destroy. */
+    struct cupool__handle *rec = cupool__registry_lookup(h);
+    struct cupool__class *cls = NULL;
+    if (!release_ok(ops, expect, rec, &cls))
+        return release_refused(ops, expect, h, rec);
+    struct cupool__tcache *tc = cupool__tcache_self();
+    struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
+    if (s)
+        cupool__counter_inc(&s->releases);
+    return handle_destroy(cls, rec, true);
+}
+
+static inline CUresult release_handle(const struct cupool__class_ops *ops,
+                                      struct cupool__class *expect, void *h, uint32_t idle_state)
+{
+    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING))
+        return release_other_state(ops, expect, h, idle_state);
+    struct cupool__handle *rec = cupool__registry_lookup(h);
+    struct cupool__class *cls = NULL;
+    if (CUPOOL_UNLIKELY(!release_ok(ops, expect, rec, &cls)))
+        return release_refused(ops, expect, h, rec);
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__slot *s = tc ? slot_of(tc, cls->index) : NULL;
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    if (CUPOOL_LIKELY(m && m->count < cupool__mag_capacity)) {
+        atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+        m->items[m->count++] = rec;
+        cupool__counter_inc(&s->releases);
+        return CUDA_SUCCESS;
+    }
+    return release_slow(cls, rec, idle_state);
+}
+
+/* Current-context acquire: the context's id picks the class through the thread's cache. */
+static inline CUresult acquire_current(const struct cupool__class_ops *ops,
+                                       struct cupool__cc_entry *(*cache)(struct cupool__tcache *),
+                                       unsigned int flags, int priority, void **out)
+{
+    int st = cupool__state_now();
+    if (CUPOOL_UNLIKELY(st != CUPOOL_ST_RUNNING)) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    unsigned long long id;
+    CUresult r = cupool__drv.cuCtxGetId(NULL, &id);
+    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS)) {
+        cupool__driver_result(r);
+        if (r == CUDA_ERROR_INVALID_CONTEXT)
+            return cupool__fail(r, "no current context: make one current (cuCtxSetCurrent, "
+                                   "cudaSetDevice) before acquiring a %s", ops->name);
+        return cupool__fail(r, "cuCtxGetId of the current context failed");
+    }
+    uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__cc_entry *e = NULL;
+    struct cupool__class *cls = NULL;
+    if (CUPOOL_LIKELY(tc != NULL)) {
+        e = &cache(tc)[(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+        if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key))
+            cls = e->cls;
+    }
+    if (CUPOOL_UNLIKELY(!cls)) {
+        r = class_get(ops, NULL, id, flags, priority, &cls);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if ((tc = cupool__tcache_self()) != NULL) {
+            e = &cache(tc)[(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+            e->ctx_id = id;
+            e->key = key;
+            e->cls = cls;
+        }
+    }
+    return acquire_from(cls, true, out);
+}
+
+static struct cupool__cc_entry *stream_cache(struct cupool__tcache *tc)
+{
+    return tc->stream_cc;
+}
+
+static struct cupool__cc_entry *event_cache(struct cupool__tcache *tc)
+{
+    return tc->event_cc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Public API                                                                               */
+/* ---------------------------------------------------------------------------------------- */
+
+#define STREAM_FLAGS_KNOWN ((unsigned int)CU_STREAM_NON_BLOCKING)
+
+static bool event_flags_valid(unsigned int flags)
+{
+    const unsigned int known = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                               CU_EVENT_INTERPROCESS;
+    if (flags & ~known)
+        return false;
+    /* The driver refuses interprocess events that record timing. */
+    return !(flags & CU_EVENT_INTERPROCESS) || (flags & CU_EVENT_DISABLE_TIMING);
+}
+
+CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, int priority)
+{
+    if (CUPOOL_UNLIKELY(!stream || (flags & ~STREAM_FLAGS_KNOWN)))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !stream ? "cupool_stream_acquire: stream is NULL"
+                                    : "cupool_stream_acquire: unknown flags 0x%x (known: "
+                                      "CU_STREAM_DEFAULT, CU_STREAM_NON_BLOCKING)",
+                            flags);
+    return acquire_current(&cupool__stream_ops, stream_cache, flags, priority, (void **)stream);
+}
+
+CUresult cupool_stream_release(CUstream stream)
+{
+    return release_handle(&cupool__stream_ops, NULL, stream, CUPOOL_H_IDLE_UNCHECKED);
+}
+
+CUresult cupool_event_acquire(CUevent *event, unsigned int flags)
+{
+    if (CUPOOL_UNLIKELY(!event || !event_flags_valid(flags)))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !event ? "cupool_event_acquire: event is NULL"
+                                   : "cupool_event_acquire: invalid flags 0x%x (known: "
+                                     "CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, "
+                                     "CU_EVENT_INTERPROCESS with CU_EVENT_DISABLE_TIMING)",
+                            flags);
+    return acquire_current(&cupool__event_ops, event_cache, flags, 0, (void **)event);
+}
+
+CUresult cupool_event_release(CUevent event)
+{
+    return release_handle(&cupool__event_ops, NULL, event, CUPOOL_H_IDLE);
+}
+
+/* An explicit pool is its class. */
+static struct cupool__class *pool_class(const void *pool, const struct cupool__class_ops *ops)
+{
+    const struct cupool__class *cls = pool;
+    if (!cls || cls->magic != CUPOOL_CLASS_MAGIC || cls->ops != ops)
+        return NULL;
+    return (struct cupool__class *)cls;
+}
+
+static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, unsigned int flags,
+                         int priority, struct cupool__class **out)
+{
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned long long id;
+    r = cupool__driver_result(cupool__drv.cuCtxGetId(ctx, &id));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, ctx ? "cuCtxGetId(%p) failed" : "no usable current context (%p)",
+                            (void *)ctx);
+    return class_get(ops, ctx, id, flags, priority, out);
+}
+
+CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext ctx, unsigned int flags,
+                                int priority)
+{
+    if (!pool || (flags & ~STREAM_FLAGS_KNOWN))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !pool ? "cupool_stream_pool_get: pool is NULL"
+                                  : "cupool_stream_pool_get: unknown flags 0x%x",
+                            flags);
+    struct cupool__class *cls;
+    CUresult r = pool_get(&cupool__stream_ops, ctx, flags, priority, &cls);
+    if (r == CUDA_SUCCESS)
+        *pool = (cupool_stream_pool_t)cls;
+    return r;
+}
+
+CUresult cupool_event_pool_get(cupool_event_pool_t *pool, CUcontext ctx, unsigned int flags)
+{
+    if (!pool || !event_flags_valid(flags))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !pool ? "cupool_event_pool_get: pool is NULL"
+                                  : "cupool_event_pool_get: invalid flags 0x%x",
+                            flags);
+    struct cupool__class *cls;
+    CUresult r = pool_get(&cupool__event_ops, ctx, flags, 0, &cls);
+    if (r == CUDA_SUCCESS)
+        *pool = (cupool_event_pool_t)cls;
+    return r;
+}
+
+static inline CUresult pool_acquire(const void *pool, const struct cupool__class_ops *ops,
+                                    void **out)
+{
+    struct cupool__class *cls = pool_class(pool, ops);
+    if (CUPOOL_UNLIKELY(!cls || !out))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s pool acquire: %s", ops->name,
+                            !out ? "output pointer is NULL" : "not a pool of this kind");
+    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING)) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return acquire_from(cls, false, out);
+}
+
+CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
+{
+    return pool_acquire(pool, &cupool__stream_ops, (void **)stream);
+}
+
+CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event)
+{
+    return pool_acquire(pool, &cupool__event_ops, (void **)event);
+}
+
+CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,
+                                    unsigned int release_flags)
+{
+    struct cupool__class *cls = pool_class(pool, &cupool__stream_ops);
+    if (CUPOOL_UNLIKELY(!cls || (release_flags & ~CUPOOL_RELEASE_NOT_CAPTURING)))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !cls ? "cupool_stream_pool_release: not a stream pool"
+                                 : "cupool_stream_pool_release: unknown release flags 0x%x",
+                            release_flags);
+    return release_handle(&cupool__stream_ops, cls, stream,
+                          (release_flags & CUPOOL_RELEASE_NOT_CAPTURING)
+                              ? CUPOOL_H_IDLE
+                              : CUPOOL_H_IDLE_UNCHECKED);
+}
+
+CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
+{
+    struct cupool__class *cls = pool_class(pool, &cupool__event_ops);
+    if (CUPOOL_UNLIKELY(!cls))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_event_pool_release: not an event pool");
+    return release_handle(&cupool__event_ops, cls, event, CUPOOL_H_IDLE);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Trim                                                                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+static CUresult trim_class(struct cupool__class *cls)
+{
+    CUresult first = drain_retired(cls, 0);
+    while (atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) > (int64_t)cls->low_water) {
+        struct cupool__magazine *m = cupool__stack_pop(&cls->depot);
+        if (!m)
+            break;
+        int64_t before = atomic_fetch_sub_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
+        int64_t excess = before - (int64_t)cls->low_water;
+        uint32_t n = excess >= (int64_t)m->count ? m->count : (uint32_t)(excess > 0 ? excess : 0);
+        CUresult r = destroy_items(cls, m, n);
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+        if (m->count) {
+            atomic_fetch_add_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
+            cupool__stack_push(&cls->depot, m);
+            break;
+        }
+        cupool__mag_put(m);
+    }
+    return first;
+}
+
+CUresult cupool_trim(void)
+{
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cupool__tcache *tc = cupool__tcache_peek();
+    if (tc)
+        tcache_flush(tc);
+    CUresult first = CUDA_SUCCESS;
+    for (struct cupool__class *c = cupool__classes(); c; c = c->next) {
+        r = trim_class(c);
+        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+            first = r;
+    }
+    return first;
+}

@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Classes, thread caches and the handle-type-agnostic pool machinery. A class pools one kind
+ * of handle with one set of creation parameters in one context: streams keyed by (context id,
+ * flags, clamped priority), events by (context id, flags). Handles of one class are fungible.
+ */
+#ifndef CUPOOL_POOL_H
+#define CUPOOL_POOL_H
+#include "internal.h"
+#include "magazine.h"
+#include "registry.h"
+
+#define CUPOOL_ERRMSG_MAX 512
+#define CUPOOL_CLASS_MAGIC 0x63706f6cu /* "cpol": checks explicit pool arguments */
+
+struct cupool__class;
+
+/* What differs between streams and events. create() runs with the class's context current. */
+struct cupool__class_ops {
+    cupool_kind_t kind;
+    const char *name; /* "stream" / "event", for messages */
+    CUresult (*create)(const struct cupool__class *cls, void **handle);
+    CUresult (*destroy)(void *handle);
+};
+extern const struct cupool__class_ops cupool__stream_ops, cupool__event_ops;
+
+struct cupool__class {
+    /* read-only after creation */
+    uint32_t magic;
+    uint32_t index; /* slot index in every thread cache */
+    const struct cupool__class_ops *ops;
+    unsigned int flags;
+    int priority; /* clamped; 0 for events */
+    unsigned long long ctx_id;
+    CUcontext ctx;
+    uint32_t idle_max;  /* depot cap (count) */
+    uint32_t low_water; /* what cupool_trim() leaves in the depot (count) */
+    struct cupool__class *next; /* global list, newest first */
+    _Atomic int alive;          /* 0 once the context is known destroyed or reset */
+
+    /* the depot: shared, lock-free */
+    alignas(CUPOOL_CACHELINE) struct cupool__mag_stack depot;
+    _Atomic int64_t depot_idle; /* handles in depot magazines (count) */
+    alignas(CUPOOL_CACHELINE) struct cupool__mag_stack retire;
+    _Atomic int64_t retire_idle; /* handles waiting to be destroyed (count) */
+
+    /* slow-path counters (atomic read-modify-write is fine here: microsecond paths) */
+    alignas(CUPOOL_CACHELINE) _Atomic uint64_t creates, destroys, dropped, misses;
+    _Atomic int64_t live; /* handles alive: in use + idle */
+    _Atomic uint64_t high_water;
+};
+
+/* A thread's share of one class: two magazines and its single-writer counters. */
+struct cupool__slot {
+    struct cupool__magazine *loaded;
+    struct cupool__magazine *previous;
+    _Atomic uint64_t acquires;
+    _Atomic uint64_t releases;
+};
+
+#define CUPOOL_SLOTS_PER_CHUNK 64
+#define CUPOOL_MAX_SLOT_CHUNKS 256 /* 16384 classes */
+#define CUPOOL_MAX_CLASSES (CUPOOL_SLOTS_PER_CHUNK * CUPOOL_MAX_SLOT_CHUNKS)
+#define CUPOOL_CC_SIZE 4
+
+/* Per-thread class cache entry for the current-context API. */
+struct cupool__cc_entry {
+    unsigned long long ctx_id;
+    uint64_t key; /* flags << 32 | (uint32_t)requested priority */
+    struct cupool__class *cls;
+};
+
+/* Per-thread state. Type-stable: kept on a global list and reused by later threads, so the
+ * statistics reader can always walk it. */
+struct cupool__tcache {
+    _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS];
+    struct cupool__cc_entry stream_cc[CUPOOL_CC_SIZE];
+    struct cupool__cc_entry event_cc[CUPOOL_CC_SIZE];
+    struct cupool__tcache *next;
+    _Atomic int active;
+    char errmsg[CUPOOL_ERRMSG_MAX];
+};
+
+extern CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
+
+/* The calling thread's cache, registering it (and its exit hook) first if needed; NULL only
+ * when out of memory. */
+struct cupool__tcache *cupool__tcache_self(void);
+/* The calling thread's cache if it has one; never allocates. */
+static inline struct cupool__tcache *cupool__tcache_peek(void)
+{
+    return cupool__tl;
+}
+
+/* Once, at initialisation: magazine capacity, thread-exit key. */
+void cupool__pool_init(void);
+
+/* Global class list (newest first) and thread cache list, for statistics. */
+struct cupool__class *cupool__classes(void);
+/* Classes by index: indexes below cupool__class_limit(); NULL for an index never used. */
+uint32_t cupool__class_limit(void);
+struct cupool__class *cupool__class_at(uint32_t index);
+struct cupool__tcache *cupool__tcaches(void);
+
+/* Per-slot counters of class `index` in `tc`, summed by the statistics reader. */
+const struct cupool__slot *cupool__slot_peek(const struct cupool__tcache *tc, uint32_t index);
+
+/* Stream-specific steps the hot path calls (stream_pool.c). */
+CUresult cupool__stream_priority_clamp(int requested, int *clamped);
+
+#endif

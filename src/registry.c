@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: MIT */
+#include "internal.h"
+#include "registry.h"
+#include "alloc.h"
+
+#include <pthread.h>
+
+/* Open addressing with linear probing. A slot holds NULL (never used: ends a probe), the
+ * tombstone (removed: probe on) or a record. The table is rebuilt, larger when needed, once
+ * live entries plus tombstones pass 3/4 of the slots; the old table stays allocated (readers
+ * may be inside it) on a retired list. */
+#define TOMBSTONE ((struct cupool__handle *)1)
+
+struct table {
+    size_t mask;                /* slots - 1, slots a power of two */
+    size_t live, tombs;         /* under the mutex */
+    struct table *retired_next; /* older tables, kept for readers still inside them */
+    _Atomic(struct cupool__handle *) slots[];
+};
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic(struct table *) current;
+static struct table *retired;
+static struct cupool__handle *free_records;
+
+static size_t table_bytes(size_t nslots)
+{
+    return sizeof(struct table) + nslots * sizeof(struct cupool__handle *);
+}
+
+static inline size_t hash_ptr(const void *p)
+{
+    /* Fibonacci hashing of the address; its low bits are alignment, the high bits mix well. */
+    uint64_t x = (uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(x >> 20);
+}
+
+struct cupool__handle *cupool__registry_lookup(const void *handle)
+{
+    struct table *t = atomic_load_explicit(&current, CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(!t || !handle))
+        return NULL;
+    for (size_t i = hash_ptr(handle) & t->mask;; i = (i + 1) & t->mask) {
+        struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_ACQUIRE);
+        if (!rec)
+            return NULL;
+        if (rec != TOMBSTONE && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == handle)
+            return rec;
+    }
+}
+
+static void place(struct table *t, struct cupool__handle *rec)
+{
+    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    size_t i = hash_ptr(h) & t->mask;
+    for (;; i = (i + 1) & t->mask) {
+        struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
+        if (!cur || cur == TOMBSTONE) {
+            if (cur == TOMBSTONE)
+                t->tombs--;
+            atomic_store_explicit(&t->slots[i], rec, CUPOOL_RELEASE);
+            t->live++;
+            return;
+        }
+    }
+}
+
+/* Under the mutex: makes room for one more entry, rebuilding the table when needed. */
+static int reserve(void)
+{
+    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    if (t && (t->live + t->tombs + 1) * 4 <= (t->mask + 1) * 3)
+        return 0;
+    size_t need = t ? t->live + 1 : 1;
+    size_t n = 64;
+    while (n < need * 2)
+        n *= 2;
+    struct table *fresh = cupool__alloc(table_bytes(n));
+    if (!fresh)
+        return -1;
+    fresh->mask = n - 1;
+    if (t) {
+        for (size_t i = 0; i <= t->mask; i++) {
+            struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
+            if (rec && rec != TOMBSTONE)
+                place(fresh, rec);
+        }
+        t->retired_next = retired;
+        retired = t;
+    }
+    atomic_store_explicit(&current, fresh, CUPOOL_RELEASE);
+    return 0;
+}
+
+static struct cupool__handle *record_new(void)
+{
+    if (!free_records) {
+        enum { BATCH = 256 };
+        struct cupool__handle *batch = cupool__alloc(BATCH * sizeof(*batch));
+        if (!batch)
+            return NULL;
+        for (int i = 0; i < BATCH; i++) {
+            batch[i].next_free = free_records;
+            free_records = &batch[i];
+        }
+    }
+    struct cupool__handle *rec = free_records;
+    free_records = rec->next_free;
+    return rec;
+}
+
+/* Under the mutex: takes the record registered for `handle`, if any, out of the table. */
+static void evict_stale(const void *handle)
+{
+    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    if (!t)
+        return;
+    for (size_t i = hash_ptr(handle) & t->mask;; i = (i + 1) & t->mask) {
+        struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
+        if (!cur)
+            return;
+        if (cur != TOMBSTONE && atomic_load_explicit(&cur->handle, CUPOOL_RELAXED) == handle) {
+            atomic_store_explicit(&cur->state, CUPOOL_H_STALE, CUPOOL_RELAXED);
+            atomic_store_explicit(&t->slots[i], TOMBSTONE, CUPOOL_RELEASE);
+            t->live--;
+            t->tombs++;
+            return;
+        }
+    }
+}
+
+struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__class *cls,
+                                               uint32_t state)
+{
+    pthread_mutex_lock(&reg_lock);
+    evict_stale(handle);
+    struct cupool__handle *rec = NULL;
+    if (reserve() == 0 && (rec = record_new()) != NULL) {
+        atomic_store_explicit(&rec->cls, cls, CUPOOL_RELAXED);
+        rec->next_free = NULL;
+        atomic_store_explicit(&rec->state, state, CUPOOL_RELAXED);
+        atomic_store_explicit(&rec->handle, handle, CUPOOL_RELAXED);
+        place(atomic_load_explicit(&current, CUPOOL_RELAXED), rec);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return rec;
+}
+
+bool cupool__registry_remove(struct cupool__handle *rec)
+{
+    pthread_mutex_lock(&reg_lock);
+    bool live = atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_STALE;
+    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    for (size_t i = hash_ptr(h) & t->mask; live; i = (i + 1) & t->mask) {
+        struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
+        if (!cur)
+            break; /* not present: nothing to do */
+        if (cur == rec) {
+            atomic_store_explicit(&t->slots[i], TOMBSTONE, CUPOOL_RELEASE);
+            t->live--;
+            t->tombs++;
+            break;
+        }
+    }
+    atomic_store_explicit(&rec->state, CUPOOL_H_FREE, CUPOOL_RELAXED);
+    atomic_store_explicit(&rec->handle, NULL, CUPOOL_RELAXED);
+    rec->next_free = free_records;
+    free_records = rec;
+    pthread_mutex_unlock(&reg_lock);
+    return live;
+}
+
+size_t cupool__registry_count(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    size_t n = t ? t->live : 0;
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Registry: driver handle -> record of the handle cupool created. A release finds its handle's
+ * class and ownership state here, which is how foreign, double and cross-type releases are
+ * caught. Lookups are lock-free (an open-addressing table read with atomic loads); inserts and
+ * removals happen only where the driver is called to create or destroy a handle (microseconds
+ * anyway) and take one mutex. Records are type-stable: never freed while the library is
+ * loaded, so a lookup racing with a removal reads a record that is stale, never freed memory.
+ */
+#ifndef CUPOOL_REGISTRY_H
+#define CUPOOL_REGISTRY_H
+#include "internal.h"
+
+struct cupool__class;
+
+enum cupool__handle_state {
+    CUPOOL_H_FREE = 0,     /* record not in use */
+    CUPOOL_H_OWNED,        /* handed out to a caller */
+    CUPOOL_H_IDLE,         /* pooled, known clean */
+    CUPOOL_H_IDLE_UNCHECKED, /* pooled stream not yet checked for capture (see pool.c) */
+    CUPOOL_H_STALE           /* its handle value was destroyed behind cupool's back (context
+                                reset) and the driver gave the value to a new handle: the
+                                record is out of the table and must never reach the driver */
+};
+
+struct cupool__handle {
+    _Atomic(void *) handle;               /* CUstream or CUevent; NULL when free */
+    _Atomic(struct cupool__class *) cls;  /* owning class; set before publication */
+    _Atomic uint32_t state;               /* enum cupool__handle_state */
+    struct cupool__handle *next_free;     /* free list, under the registry mutex */
+};
+
+/* Record of `handle`, or NULL if cupool does not hold it. Lock-free; any thread. */
+struct cupool__handle *cupool__registry_lookup(const void *handle);
+
+/* Records a handle just created for `cls`, in `state`. NULL if out of memory (the caller then
+ * destroys the handle). A record still registered under the same value (the driver reuses
+ * values of destroyed streams; a context reset destroys them without cupool) is marked
+ * CUPOOL_H_STALE and taken out of the table; whoever holds it frees it with _remove(). */
+struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__class *cls,
+                                               uint32_t state);
+
+/* Forgets a record (its handle is being destroyed or abandoned) and recycles it. Returns false
+ * if the record was stale: its handle value then belongs to another handle, so the caller must
+ * not pass it to the driver. */
+bool cupool__registry_remove(struct cupool__handle *rec);
+
+/* Handles registered now (count). */
+size_t cupool__registry_count(void);
+
+#endif

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Statistics: per-class counters merged on demand. Fast-path counters live in each thread's
+ * slot (single writer, plain stores); the reader sums them over every thread cache, live or
+ * retired, without stopping anyone. Never calls the driver.
+ */
+#include "internal.h"
+#include "pool.h"
+#include "alloc.h"
+#include "config.h"
+#include "driver.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out)
+{
+    uint64_t acquires = 0, releases = 0;
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+        const struct cupool__slot *s = cupool__slot_peek(tc, c->index);
+        if (!s)
+            continue;
+        acquires += atomic_load_explicit(&s->acquires, CUPOOL_RELAXED);
+        releases += atomic_load_explicit(&s->releases, CUPOOL_RELAXED);
+    }
+    uint64_t misses = atomic_load_explicit(&c->misses, CUPOOL_RELAXED);
+    int64_t live = atomic_load_explicit(&c->live, CUPOOL_RELAXED);
+    uint64_t in_use = acquires > releases ? acquires - releases : 0;
+    out->kind = c->ops->kind;
+    out->context_id = c->ctx_id;
+    out->flags = c->flags;
+    out->priority = c->priority;
+    out->context_alive = atomic_load_explicit(&c->alive, CUPOOL_RELAXED);
+    out->acquires = acquires;
+    out->hits = acquires > misses ? acquires - misses : 0;
+    out->releases = releases;
+    out->creates = atomic_load_explicit(&c->creates, CUPOOL_RELAXED);
+    out->destroys = atomic_load_explicit(&c->destroys, CUPOOL_RELAXED);
+    out->dropped = atomic_load_explicit(&c->dropped, CUPOOL_RELAXED);
+    out->in_use = in_use;
+    out->idle = live > (int64_t)in_use ? (uint64_t)live - in_use : 0;
+    out->high_water = atomic_load_explicit(&c->high_water, CUPOOL_RELAXED);
+}
+
+CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count)
+{
+    if (!count || (!stats && capacity))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t n = 0;
+    uint32_t limit = cupool__class_limit();
+    for (uint32_t i = 0; i < limit; i++) {
+        const struct cupool__class *c = cupool__class_at(i);
+        if (!c)
+            continue;
+        if (n < capacity)
+            class_stats(c, &stats[n]);
+        n++;
+    }
+    *count = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_stats_print(FILE *out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    fprintf(out, "cupool %s statistics, pid %ld: driver %s, metadata from %s, magazine %u\n",
+            cupool_version(), (long)getpid(), cupool__drv.path[0] ? cupool__drv.path : "(none)",
+            cupool__alloc_name(), cupool__mag_capacity);
+    fprintf(out, "%-6s %7s %5s %4s %5s %12s %12s %10s %10s %8s %7s %7s %6s\n", "kind", "context",
+            "flags", "prio", "alive", "acquires", "hits", "creates", "destroys", "dropped",
+            "idle", "in_use", "high");
+    size_t n = 0;
+    uint32_t limit = cupool__class_limit();
+    for (uint32_t i = 0; i < limit; i++) {
+        const struct cupool__class *c = cupool__class_at(i);
+        if (!c)
+            continue;
+        cupool_class_stats_t s;
+        class_stats(c, &s);
+        n++;
+        fprintf(out,
+                "%-6s %7llu %#5x %4d %5s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64
+                " %8" PRIu64 " %7" PRIu64 " %7" PRIu64 " %6" PRIu64 "\n",
+                s.kind == CUPOOL_KIND_STREAM ? "stream" : "event", s.context_id, s.flags,
+                s.priority, s.context_alive ? "yes" : "no", s.acquires, s.hits, s.creates,
+                s.destroys, s.dropped, s.idle, s.in_use, s.high_water);
+    }
+    if (n == 0)
+        fprintf(out, "(no pools used)\n");
+    fflush(out);
+    return CUDA_SUCCESS;
+}

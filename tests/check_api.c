@@ -1,0 +1,723 @@
+/* SPDX-License-Identifier: MIT */
+/* The public stream and event API, on whichever driver cupool loads (see testutil.h). */
+#define _GNU_SOURCE
+#include "testutil.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void setup(void)
+{
+    tu_setup();
+}
+
+/* ---- streams: basics ---- */
+
+START_TEST(stream_acquire_release_reuses)
+{
+    CUstream s = NULL, again = NULL;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_ptr_nonnull(s);
+    unsigned int flags = 99;
+    TU_OK(tu.cuStreamGetFlags(s, &flags));
+    ck_assert_uint_eq(flags & CU_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
+    TU_OK(tu.cuStreamQuery(s));
+    TU_OK(cupool_stream_release(s));
+    TU_OK(cupool_stream_acquire(&again, CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_ptr_eq(again, s); /* LIFO: the thread's own magazine */
+    TU_OK(cupool_stream_release(again));
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.acquires, 2);
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.creates, 1);
+    ck_assert_uint_eq(st.releases, 2);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_eq(st.idle, 1);
+    ck_assert_uint_eq(st.high_water, 1);
+}
+END_TEST
+
+START_TEST(stream_ownership_exclusive)
+{
+    enum { N = 100 };
+    CUstream s[N];
+    for (int i = 0; i < N; i++) {
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(s[i], s[j]);
+    }
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_stream_release(s[i]));
+    /* Reacquire: all N come back from the pool, still distinct, no new creation. */
+    for (int i = 0; i < N; i++) {
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+        for (int j = 0; j < i; j++)
+            ck_assert_ptr_ne(s[i], s[j]);
+    }
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.creates, N);
+    ck_assert_uint_eq(st.in_use, N);
+    ck_assert_uint_eq(st.high_water, N);
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_stream_release(s[i]));
+}
+END_TEST
+
+START_TEST(stream_bad_arguments)
+{
+    CUstream s = (CUstream)0x1234;
+    TU_EQ(cupool_stream_acquire(NULL, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stream_acquire(&s, 2, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_ptr_eq(s, (CUstream)0x1234);
+    ck_assert_msg(strstr(cupool_error_string(), "unknown flags 0x2") != NULL, "%s",
+                  cupool_error_string());
+    TU_EQ(cupool_stream_release(NULL), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_uint_eq(tu_class_count(), 0);
+}
+END_TEST
+
+START_TEST(stream_double_release_rejected)
+{
+    CUstream s, t;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_stream_release(s));
+    cupool_class_stats_t before = tu_stats(CUPOOL_KIND_STREAM, 0);
+    TU_EQ(cupool_stream_release(s), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_msg(strstr(cupool_error_string(), "already released") != NULL, "%s",
+                  cupool_error_string());
+    cupool_class_stats_t after = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(after.releases, before.releases);
+    ck_assert_uint_eq(after.idle, before.idle);
+    /* The pool holds the stream once: two acquires give two different streams. */
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_stream_acquire(&t, 0, 0));
+    ck_assert_ptr_ne(s, t);
+    TU_OK(cupool_stream_release(s));
+    TU_OK(cupool_stream_release(t));
+}
+END_TEST
+
+START_TEST(stream_foreign_release_rejected)
+{
+    CUstream mine;
+    TU_OK(tu.cuStreamCreate(&mine, 0));
+    TU_OK(cupool_stream_acquire(&(CUstream){0}, 0, 0)); /* cupool initialised with a class */
+    TU_EQ(cupool_stream_release(mine), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_msg(strstr(cupool_error_string(), "not handed out by cupool") != NULL, "%s",
+                  cupool_error_string());
+    TU_OK(tu.cuStreamQuery(mine)); /* untouched: still the caller's */
+    TU_OK(tu.cuStreamDestroy(mine));
+    CUevent e;
+    TU_OK(cupool_event_acquire(&e, 0));
+    TU_EQ(cupool_stream_release((CUstream)e), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_msg(strstr(cupool_error_string(), "is not a stream (it is a pooled event)"), "%s",
+                  cupool_error_string());
+    TU_OK(cupool_event_release(e)); /* the failed stream release did not take it */
+}
+END_TEST
+
+START_TEST(stream_priority_clamped_into_one_class)
+{
+    CUstream a, b;
+    TU_OK(cupool_stream_acquire(&a, 0, -100));
+    int prio = 1;
+    TU_OK(tu.cuStreamGetPriority(a, &prio));
+    TU_OK(cupool_stream_release(a));
+    int least_or_greatest = prio;
+    /* Asking for exactly the clamped value lands in the same class and reuses the stream. */
+    TU_OK(cupool_stream_acquire(&b, 0, least_or_greatest));
+    ck_assert_ptr_eq(a, b);
+    TU_OK(cupool_stream_release(b));
+    ck_assert_uint_eq(tu_class_count(), 1);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_int_eq(st.priority, prio);
+    /* A different priority is a different class. */
+    TU_OK(cupool_stream_acquire(&b, 0, 1000));
+    TU_OK(tu.cuStreamGetPriority(b, &prio));
+    ck_assert_int_eq(prio, 0);
+    TU_OK(cupool_stream_release(b));
+    ck_assert_uint_eq(tu_class_count(), prio == least_or_greatest ? 1 : 2);
+}
+END_TEST
+
+START_TEST(stream_flags_are_separate_classes)
+{
+    CUstream a, b;
+    TU_OK(cupool_stream_acquire(&a, 0, 0));
+    TU_OK(cupool_stream_release(a));
+    TU_OK(cupool_stream_acquire(&b, CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_ptr_ne(a, b);
+    TU_OK(cupool_stream_release(b));
+    ck_assert_uint_eq(tu_class_count(), 2);
+}
+END_TEST
+
+START_TEST(no_current_context)
+{
+    TU_OK(tu.cuCtxSetCurrent(NULL));
+    CUstream s = NULL;
+    CUevent e = NULL;
+    TU_EQ(cupool_stream_acquire(&s, 0, 0), CUDA_ERROR_INVALID_CONTEXT);
+    TU_EQ(cupool_event_acquire(&e, 0), CUDA_ERROR_INVALID_CONTEXT);
+    ck_assert_ptr_null(s);
+    ck_assert_msg(strstr(cupool_error_string(), "no current context") != NULL, "%s",
+                  cupool_error_string());
+    cupool_stream_pool_t pool;
+    TU_EQ(cupool_stream_pool_get(&pool, NULL, 0, 0), CUDA_ERROR_INVALID_CONTEXT);
+}
+END_TEST
+
+/* ---- ordering of queued work across owners ---- */
+
+START_TEST(reused_stream_runs_after_previous_owners_work)
+{
+    struct tu_kernels k;
+    tu_load_kernels(&k);
+    CUdeviceptr p;
+    TU_OK(tu.cuMemAlloc(&p, 4));
+    TU_OK(tu.cuMemsetD32(p, 0, 1));
+    /* Owner A: 200 ms of work, then *p = 1; released without synchronising. */
+    CUstream a, b;
+    TU_OK(cupool_stream_acquire(&a, CU_STREAM_NON_BLOCKING, 0));
+    uint64_t ns = 200000000;
+    unsigned int one = 1, ten = 10;
+    tu_launch1(k.spin, a, (void *[]){&ns});
+    tu_launch1(k.set_u32, a, (void *[]){&p, &one});
+    TU_EQ(tu.cuStreamQuery(a), CUDA_ERROR_NOT_READY);
+    TU_OK(cupool_stream_release(a));
+    /* Owner B gets the same stream; its work runs after A's, and its sync waits for A's. */
+    TU_OK(cupool_stream_acquire(&b, CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_ptr_eq(a, b);
+    tu_launch1(k.add_u32, b, (void *[]){&p, &ten});
+    TU_OK(tu.cuStreamSynchronize(b));
+    unsigned int v = 0;
+    TU_OK(tu.cuMemcpyDtoH(&v, p, 4));
+    ck_assert_uint_eq(v, 11); /* 1 then +10: A's set ran first */
+    TU_OK(cupool_stream_release(b));
+    TU_OK(tu.cuMemFree(p));
+}
+END_TEST
+
+/* ---- capture and error states ---- */
+
+START_TEST(stream_released_in_capture_is_never_reused)
+{
+    CUstream s, t;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(tu.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    TU_OK(cupool_stream_release(s));
+    TU_OK(cupool_stream_acquire(&t, CU_STREAM_NON_BLOCKING, 0));
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    TU_OK(tu.cuStreamIsCapturing(t, &cs));
+    ck_assert_int_eq(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.dropped, 1);
+    ck_assert_uint_eq(st.destroys, 1);
+    ck_assert_uint_eq(st.in_use, 1);
+    ck_assert_uint_eq(st.idle, 0);
+    TU_OK(cupool_stream_release(t));
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_streams(), 1);
+}
+END_TEST
+
+START_TEST(stream_vouched_release_skips_check)
+{
+    cupool_stream_pool_t pool;
+    TU_OK(cupool_stream_pool_get(&pool, NULL, 0, 0));
+    CUstream s, t;
+    TU_OK(cupool_stream_pool_acquire(pool, &s));
+    TU_OK(cupool_stream_pool_release(pool, s, CUPOOL_RELEASE_NOT_CAPTURING));
+    unsigned long before = tu_fake.present ? tu_fake.calls_total() : 0;
+    TU_OK(cupool_stream_pool_acquire(pool, &t));
+    ck_assert_ptr_eq(s, t);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.calls_total(), before); /* no driver call at all */
+    TU_OK(cupool_stream_pool_release(pool, t, 0));
+    if (tu_fake.present) {
+        before = tu_fake.calls_total();
+        TU_OK(cupool_stream_pool_acquire(pool, &t));
+        /* unchecked: cuCtxGetId(pool context) + cuStreamIsCapturing */
+        ck_assert_uint_eq(tu_fake.calls_total() - before, 2);
+        ck_assert_uint_eq(tu_fake.calls("cuStreamIsCapturing"), 1);
+        TU_OK(cupool_stream_pool_release(pool, t, 0));
+    }
+}
+END_TEST
+
+/* ---- explicit pools ---- */
+
+START_TEST(explicit_pools)
+{
+    cupool_stream_pool_t p1, p2, p3;
+    TU_OK(cupool_stream_pool_get(&p1, NULL, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(cupool_stream_pool_get(&p2, tu_ctx, CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_ptr_eq(p1, p2);
+    TU_OK(cupool_stream_pool_get(&p3, NULL, 0, 0));
+    ck_assert_ptr_ne(p1, p3);
+    CUstream s;
+    TU_OK(cupool_stream_pool_acquire(p1, &s));
+    TU_EQ(cupool_stream_pool_release(p3, s, 0), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_msg(strstr(cupool_error_string(), "another pool") != NULL, "%s",
+                  cupool_error_string());
+    TU_EQ(cupool_stream_pool_release(p1, s, 0x80), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stream_pool_release(NULL, s, 0), CUDA_ERROR_INVALID_VALUE);
+    /* The current-context API and the explicit pool share the class. */
+    TU_OK(cupool_stream_release(s));
+    CUstream t;
+    TU_OK(cupool_stream_acquire(&t, CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_ptr_eq(s, t);
+    TU_OK(cupool_stream_pool_release(p1, t, 0));
+    TU_EQ(cupool_stream_pool_acquire(p1, NULL), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stream_pool_acquire(NULL, &t), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stream_pool_get(NULL, NULL, 0, 0), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stream_pool_get(&p1, NULL, 4, 0), CUDA_ERROR_INVALID_VALUE);
+
+    cupool_event_pool_t e1, e2;
+    TU_OK(cupool_event_pool_get(&e1, NULL, CU_EVENT_DISABLE_TIMING));
+    TU_OK(cupool_event_pool_get(&e2, tu_ctx, CU_EVENT_DISABLE_TIMING));
+    ck_assert_ptr_eq(e1, e2);
+    CUevent ev;
+    TU_OK(cupool_event_pool_acquire(e1, &ev));
+    /* A stream pool is not an event pool. */
+    TU_EQ(cupool_event_pool_release((cupool_event_pool_t)p1, ev), CUDA_ERROR_INVALID_VALUE);
+    TU_OK(cupool_event_pool_release(e1, ev));
+    TU_EQ(cupool_event_pool_get(&e1, NULL, CU_EVENT_INTERPROCESS), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+/* ---- events ---- */
+
+START_TEST(event_acquire_record_release)
+{
+    CUevent e, again;
+    CUstream s;
+    TU_OK(cupool_event_acquire(&e, CU_EVENT_DISABLE_TIMING));
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(tu.cuEventRecord(e, s));
+    TU_OK(tu.cuEventSynchronize(e));
+    TU_OK(cupool_event_release(e));
+    unsigned long before = tu_fake.present ? tu_fake.calls_total() : 0;
+    TU_OK(cupool_event_acquire(&again, CU_EVENT_DISABLE_TIMING));
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.calls_total() - before, 1); /* cuCtxGetId only */
+    ck_assert_ptr_eq(e, again);
+    TU_EQ(cupool_event_release((CUevent)s), CUDA_ERROR_INVALID_HANDLE);
+    TU_OK(cupool_event_release(again));
+    TU_EQ(cupool_event_release(again), CUDA_ERROR_INVALID_HANDLE);
+    TU_OK(cupool_stream_release(s));
+}
+END_TEST
+
+START_TEST(event_bad_flags)
+{
+    CUevent e = NULL;
+    static const unsigned int bad[] = {8, 0x10, CU_EVENT_INTERPROCESS,
+                                       CU_EVENT_INTERPROCESS | CU_EVENT_BLOCKING_SYNC, ~0u};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        TU_EQ(cupool_event_acquire(&e, bad[i]), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_event_acquire(NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_ptr_null(e);
+    TU_OK(cupool_event_acquire(&e, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+    TU_OK(cupool_event_release(e));
+}
+END_TEST
+
+/* ---- threads ---- */
+
+struct handoff {
+    CUstream s;
+    CUresult r;
+};
+
+static void *release_in_thread(void *arg)
+{
+    struct handoff *h = arg;
+    tu.cuCtxSetCurrent(tu_ctx);
+    h->r = cupool_stream_release(h->s);
+    /* The stream is now in this thread's magazine; this thread's next acquire gets it. */
+    CUstream again = NULL;
+    CUresult r = cupool_stream_acquire(&again, 0, 0);
+    if (h->r == CUDA_SUCCESS)
+        h->r = r != CUDA_SUCCESS ? r : again != h->s ? CUDA_ERROR_UNKNOWN : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        cupool_stream_release(again);
+    return NULL;
+}
+
+START_TEST(cross_thread_release)
+{
+    struct handoff h = {0};
+    TU_OK(cupool_stream_acquire(&h.s, 0, 0));
+    pthread_t t;
+    /* The other thread needs the context current for its own acquire. */
+    ck_assert_int_eq(pthread_create(&t, NULL, release_in_thread, &h), 0);
+    pthread_join(t, NULL);
+    TU_OK(h.r);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_eq(st.creates, 1);
+}
+END_TEST
+
+static void *churn_thread(void *arg)
+{
+    CUcontext ctx = arg;
+    tu.cuCtxSetCurrent(ctx);
+    CUstream s[10];
+    for (int i = 0; i < 10; i++)
+        if (cupool_stream_acquire(&s[i], 0, 0) != CUDA_SUCCESS)
+            return (void *)1;
+    for (int i = 0; i < 10; i++)
+        cupool_stream_release(s[i]);
+    return NULL;
+}
+
+START_TEST(thread_exit_returns_magazines)
+{
+    pthread_t t;
+    void *ret = (void *)1;
+    ck_assert_int_eq(pthread_create(&t, NULL, churn_thread, tu_ctx), 0);
+    pthread_join(t, &ret);
+    ck_assert_ptr_null(ret);
+    unsigned long creates_before = tu_stats(CUPOOL_KIND_STREAM, 0).creates;
+    ck_assert_uint_eq(creates_before, 10);
+    /* The exited thread's streams are in the depot: 10 acquires here create nothing. */
+    CUstream s[10];
+    for (int i = 0; i < 10; i++)
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.creates, 10);
+    ck_assert_uint_eq(st.in_use, 10);
+    for (int i = 0; i < 10; i++)
+        TU_OK(cupool_stream_release(s[i]));
+}
+END_TEST
+
+/* ---- caps, trim, prewarm, pass-through ---- */
+
+START_TEST(idle_cap_destroys_lazily)
+{
+    /* magazine 4, depot cap 8: releasing 64 streams keeps at most 8 in the depot, 8 in this
+     * thread's magazines and one magazine (4) queued for destruction. */
+    setenv("CUPOOL_MAGAZINE_SIZE", "4", 1);
+    setenv("CUPOOL_STREAM_IDLE_MAX", "8", 1);
+    tu_setup();
+    enum { N = 64 };
+    CUstream s[N];
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_stream_release(s[i]));
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_le(st.idle, 8 + 8 + 4);
+    ck_assert_uint_eq(st.destroys, N - st.idle);
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_streams(), (int)st.idle);
+    /* trim leaves nothing idle (low-water 0) */
+    TU_OK(cupool_trim());
+    st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.idle, 0);
+    ck_assert_uint_eq(st.destroys, N);
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_streams(), 0);
+}
+END_TEST
+
+START_TEST(prewarm_and_trim_low_water)
+{
+    setenv("CUPOOL_STREAM_PREWARM", "6", 1);
+    tu_setup();
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.creates, 6);
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.idle, 5);
+    TU_OK(cupool_stream_release(s));
+    TU_OK(cupool_trim()); /* keeps the low-water mark: 6 idle */
+    st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.idle, 6);
+    ck_assert_uint_eq(st.destroys, 0);
+}
+END_TEST
+
+START_TEST(disabled_is_pass_through)
+{
+    setenv("CUPOOL_DISABLE", "1", 1);
+    tu_setup();
+    CUstream s;
+    CUevent e;
+    for (int i = 0; i < 5; i++) {
+        TU_OK(cupool_stream_acquire(&s, 0, 0));
+        TU_OK(cupool_event_acquire(&e, 0));
+        if (tu_fake.present) {
+            ck_assert_int_eq(tu_fake.live_streams(), 1);
+            ck_assert_int_eq(tu_fake.live_events(), 1);
+        }
+        TU_OK(cupool_stream_release(s));
+        TU_OK(cupool_event_release(e));
+        TU_EQ(cupool_event_release(e), CUDA_ERROR_INVALID_HANDLE);
+        if (tu_fake.present) {
+            ck_assert_int_eq(tu_fake.live_streams(), 0);
+            ck_assert_int_eq(tu_fake.live_events(), 0);
+        }
+    }
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.creates, 5);
+    ck_assert_uint_eq(st.destroys, 5);
+    ck_assert_uint_eq(st.hits, 0);
+    ck_assert_uint_eq(st.idle, 0);
+}
+END_TEST
+
+/* ---- statistics ---- */
+
+START_TEST(stats_get_and_print)
+{
+    CUstream s;
+    CUevent e;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_event_acquire(&e, CU_EVENT_DISABLE_TIMING));
+    size_t n = 99;
+    TU_OK(cupool_stats_get(NULL, 0, &n));
+    ck_assert_uint_eq(n, 2);
+    cupool_class_stats_t one[1];
+    TU_OK(cupool_stats_get(one, 1, &n));
+    ck_assert_uint_eq(n, 2);
+    ck_assert_int_eq(one[0].kind, CUPOOL_KIND_STREAM); /* oldest class first */
+    TU_EQ(cupool_stats_get(NULL, 1, &n), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stats_get(one, 1, NULL), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_stats_print(NULL), CUDA_ERROR_INVALID_VALUE);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    TU_OK(cupool_stats_print(f));
+    fclose(f);
+    ck_assert_msg(strstr(buf, "stream") && strstr(buf, "event") && strstr(buf, "acquires"), "%s",
+                  buf);
+    free(buf);
+    TU_OK(cupool_stream_release(s));
+    TU_OK(cupool_event_release(e));
+}
+END_TEST
+
+/* ---- lifecycle corners that belong to the basic contract ---- */
+
+START_TEST(context_reset_old_handles_harmless)
+{
+    struct tu_kernels k;
+    CUstream old, fresh;
+    CUevent old_ev;
+    TU_OK(cupool_stream_acquire(&old, 0, 0));
+    TU_OK(cupool_event_acquire(&old_ev, 0));
+    CUstream idle;
+    TU_OK(cupool_stream_acquire(&idle, 0, 0));
+    TU_OK(cupool_stream_release(idle)); /* one idle stream of the old context in the pool */
+    TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    /* Releasing handles of the reset context touches no driver state. */
+    TU_OK(cupool_stream_release(old));
+    TU_OK(cupool_event_release(old_ev));
+    TU_OK(cupool_stream_acquire(&fresh, 0, 0));
+    /* The new stream belongs to the new context and works. */
+    tu_load_kernels(&k);
+    CUdeviceptr p;
+    TU_OK(tu.cuMemAlloc(&p, 4));
+    TU_OK(tu.cuMemsetD32(p, 5, 1));
+    tu_launch1(k.addone, fresh, (void *[]){&p});
+    TU_OK(tu.cuStreamSynchronize(fresh));
+    unsigned int v = 0;
+    TU_OK(tu.cuMemcpyDtoH(&v, p, 4));
+    ck_assert_uint_eq(v, 6);
+    TU_OK(cupool_stream_release(fresh));
+    TU_OK(cupool_trim()); /* must not touch the old context's idle stream either */
+    cupool_class_stats_t st[8];
+    size_t n = 0;
+    TU_OK(cupool_stats_get(st, 8, &n));
+    int dead = 0;
+    for (size_t i = 0; i < n; i++)
+        dead += !st[i].context_alive;
+    ck_assert_int_eq(dead, 2); /* the old stream and event classes */
+}
+END_TEST
+
+START_TEST(forked_child_refuses)
+{
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    pid_t pid = fork();
+    if (pid == 0) {
+        CUstream c = NULL;
+        CUresult r1 = cupool_stream_acquire(&c, 0, 0);
+        CUresult r2 = cupool_stream_release(s);
+        _exit(r1 == CUDA_ERROR_NOT_PERMITTED && r2 == CUDA_ERROR_NOT_PERMITTED && !c ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    TU_OK(cupool_stream_release(s)); /* the parent is unaffected */
+}
+END_TEST
+
+/* ---- simulated driver only: faults, teardown, driver-call accounting ---- */
+
+START_TEST(fault_in_create_leaves_pool_working)
+{
+    ck_assert_msg(tu_fake.present, "simulated driver expected");
+    CUstream s = NULL;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_stream_release(s));
+    CUstream held = s;
+    TU_OK(cupool_stream_acquire(&held, 0, 0)); /* takes the idle one: the next must create */
+    tu_fake.fault("cuStreamCreateWithPriority", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    CUstream t = NULL;
+    TU_EQ(cupool_stream_acquire(&t, 0, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    ck_assert_ptr_null(t);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.in_use, 1);
+    ck_assert_uint_eq(st.creates, 1);
+    TU_OK(cupool_stream_acquire(&t, 0, 0)); /* fault cleared itself after one call */
+    ck_assert_int_eq(tu_fake.live_streams(), 2);
+    TU_OK(cupool_stream_release(t));
+    TU_OK(cupool_stream_release(held));
+    tu_fake.fault("cuEventCreate", 0, -1, CUDA_ERROR_INVALID_CONTEXT);
+    CUevent e;
+    TU_EQ(cupool_event_acquire(&e, 0), CUDA_ERROR_INVALID_CONTEXT);
+    tu_fake.fault_clear();
+    TU_OK(cupool_event_acquire(&e, 0));
+    TU_OK(cupool_event_release(e));
+    ck_assert_int_eq(tu_fake.live_events(), 1);
+}
+END_TEST
+
+START_TEST(release_makes_no_driver_call)
+{
+    ck_assert_msg(tu_fake.present, "simulated driver expected");
+    CUstream s[40];
+    CUevent e[40];
+    for (int i = 0; i < 40; i++) {
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+        TU_OK(cupool_event_acquire(&e[i], 0));
+    }
+    unsigned long before = tu_fake.calls_total();
+    for (int i = 0; i < 40; i++) {
+        TU_OK(cupool_stream_release(s[i]));
+        TU_OK(cupool_event_release(e[i]));
+    }
+    ck_assert_uint_eq(tu_fake.calls_total(), before);
+}
+END_TEST
+
+START_TEST(teardown_stops_driver_calls)
+{
+    ck_assert_msg(tu_fake.present, "simulated driver expected");
+    CUstream s, t;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_stream_acquire(&t, 0, 0));
+    TU_OK(cupool_stream_release(t));
+    tu_fake.teardown();
+    /* The first call that reaches the driver learns it is gone ... */
+    TU_EQ(cupool_stream_acquire(&t, 0, 0), CUDA_ERROR_DEINITIALIZED);
+    /* ... and from then on cupool never calls it: strict mode aborts on any call. */
+    tu_fake.set_strict_teardown(1);
+    TU_EQ(cupool_stream_acquire(&t, 0, 0), CUDA_ERROR_DEINITIALIZED);
+    TU_EQ(cupool_event_acquire(&(CUevent){0}, 0), CUDA_ERROR_DEINITIALIZED);
+    TU_OK(cupool_stream_release(s));
+    TU_EQ(cupool_trim(), CUDA_ERROR_DEINITIALIZED);
+    TU_OK(cupool_stats_print(stderr));
+}
+END_TEST
+
+START_TEST(live_handles_match_statistics)
+{
+    ck_assert_msg(tu_fake.present, "simulated driver expected");
+    CUstream s[30];
+    CUevent e[30];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 30; i++) {
+            TU_OK(cupool_stream_acquire(&s[i], (unsigned int)(i & 1), -(i % 3)));
+            TU_OK(cupool_event_acquire(&e[i], (unsigned int)(i & 2)));
+        }
+        for (int i = 0; i < 30; i += 2) {
+            TU_OK(cupool_stream_release(s[i]));
+            TU_OK(cupool_event_release(e[i]));
+        }
+        cupool_class_stats_t st[32];
+        size_t n = 0;
+        TU_OK(cupool_stats_get(st, 32, &n));
+        uint64_t streams = 0, events = 0;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t live = st[i].idle + st[i].in_use;
+            if (st[i].kind == CUPOOL_KIND_STREAM)
+                streams += live;
+            else
+                events += live;
+        }
+        ck_assert_int_eq(tu_fake.live_streams(), (int)streams);
+        ck_assert_int_eq(tu_fake.live_events(), (int)events);
+        for (int i = 1; i < 30; i += 2) {
+            TU_OK(cupool_stream_release(s[i]));
+            TU_OK(cupool_event_release(e[i]));
+        }
+    }
+}
+END_TEST
+
+static Suite *api_suite(void)
+{
+    Suite *s = suite_create("api");
+    TCase *tc = tcase_create("streams");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, stream_acquire_release_reuses);
+    tcase_add_test(tc, stream_ownership_exclusive);
+    tcase_add_test(tc, stream_bad_arguments);
+    tcase_add_test(tc, stream_double_release_rejected);
+    tcase_add_test(tc, stream_foreign_release_rejected);
+    tcase_add_test(tc, stream_priority_clamped_into_one_class);
+    tcase_add_test(tc, stream_flags_are_separate_classes);
+    tcase_add_test(tc, no_current_context);
+    tcase_add_test(tc, reused_stream_runs_after_previous_owners_work);
+    tcase_add_test(tc, stream_released_in_capture_is_never_reused);
+    tcase_add_test(tc, stream_vouched_release_skips_check);
+    tcase_add_test(tc, explicit_pools);
+    tcase_add_test(tc, event_acquire_record_release);
+    tcase_add_test(tc, event_bad_flags);
+    tcase_add_test(tc, cross_thread_release);
+    tcase_add_test(tc, thread_exit_returns_magazines);
+    tcase_add_test(tc, stats_get_and_print);
+    tcase_add_test(tc, context_reset_old_handles_harmless);
+    tcase_add_test(tc, forked_child_refuses);
+    suite_add_tcase(s, tc);
+    /* Fault injection, teardown and live-handle counts need the simulated driver. */
+    if (!tu_real()) {
+        TCase *sim = tcase_create("simulated");
+        tcase_add_checked_fixture(sim, setup, NULL);
+        tcase_add_test(sim, fault_in_create_leaves_pool_working);
+        tcase_add_test(sim, release_makes_no_driver_call);
+        tcase_add_test(sim, teardown_stops_driver_calls);
+        tcase_add_test(sim, live_handles_match_statistics);
+        suite_add_tcase(s, sim);
+    }
+    /* These set CUPOOL_* before the first cupool call, so they run their own setup. */
+    TCase *env = tcase_create("environment");
+    tcase_add_test(env, idle_cap_destroys_lazily);
+    tcase_add_test(env, prewarm_and_trim_low_water);
+    tcase_add_test(env, disabled_is_pass_through);
+    suite_add_tcase(s, env);
+    return s;
+}
+
+int main(void)
+{
+    return tu_run(api_suite());
+}

@@ -1,0 +1,237 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUPOOL_* parser, through the internal entry point (no process environment involved),
+ * plus a fuzz run of random and malformed values. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "error.h"
+
+struct lines {
+    char text[32][400];
+    int n;
+};
+
+static void collect(const char *line, void *arg)
+{
+    struct lines *l = arg;
+    ck_assert_msg(strchr(line, '\n') == NULL, "report lines carry no newline: %s", line);
+    if (l->n < 32)
+        snprintf(l->text[l->n], sizeof(l->text[0]), "%s", line);
+    l->n++;
+}
+
+static int parse(struct cupool__config *cfg, struct lines *l, bool secure, ...)
+{
+    char *env[32];
+    int n = 0;
+    va_list ap;
+    va_start(ap, secure);
+    for (char *e; n < 31 && (e = va_arg(ap, char *)) != NULL;)
+        env[n++] = e;
+    va_end(ap);
+    env[n] = NULL;
+    memset(l, 0, sizeof(*l));
+    return cupool__config_parse(cfg, env, secure, collect, l);
+}
+
+START_TEST(defaults)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, false, "PATH=/bin", "CUPOOLX=1", NULL), 0);
+    ck_assert_uint_eq(c.magazine_size, 16);
+    ck_assert_uint_eq(c.stream_idle_max, 64);
+    ck_assert_uint_eq(c.event_idle_max, 1024);
+    ck_assert_uint_eq(c.stream_prewarm, 0);
+    ck_assert_uint_eq(c.event_prewarm, 0);
+    ck_assert(!c.disable);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    ck_assert_int_eq(c.log_level, CUPOOL_LOG_WARN);
+    ck_assert_str_eq(c.driver_path, "libcuda.so.1");
+    ck_assert_int_eq(l.n, 0);
+}
+END_TEST
+
+START_TEST(valid_values)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_MAGAZINE_SIZE=1024", "CUPOOL_STREAM_IDLE_MAX=0",
+                           "CUPOOL_EVENT_IDLE_MAX=1000000", "CUPOOL_DISABLE=Yes",
+                           "CUPOOL_STATS=/tmp/s.txt", "CUPOOL_LOG=debug",
+                           "CUPOOL_DRIVER_PATH=/opt/x/libcuda.so.1", "CUPOOL_EVENT_PREWARM=7",
+                           NULL),
+                     0);
+    ck_assert_uint_eq(c.magazine_size, 1024);
+    ck_assert_uint_eq(c.stream_idle_max, 0);
+    ck_assert_uint_eq(c.event_idle_max, 1000000);
+    ck_assert_uint_eq(c.event_prewarm, 7);
+    ck_assert(c.disable);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
+    ck_assert_str_eq(c.stats_path, "/tmp/s.txt");
+    ck_assert_int_eq(c.log_level, CUPOOL_LOG_DEBUG);
+    ck_assert_str_eq(c.driver_path, "/opt/x/libcuda.so.1");
+    parse(&c, &l, false, "CUPOOL_STATS=1", "CUPOOL_LOG=0", "CUPOOL_DISABLE=off", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    ck_assert_int_eq(c.log_level, CUPOOL_LOG_NONE);
+    ck_assert(!c.disable);
+    parse(&c, &l, false, "CUPOOL_STATS=stderr", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    parse(&c, &l, false, "CUPOOL_STATS=", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    ck_assert_int_eq(l.n, 0);
+}
+END_TEST
+
+START_TEST(bad_values_keep_defaults)
+{
+    struct cupool__config c;
+    struct lines l;
+    static const char *const bad[] = {"", "abc", "-1", "+5", " 5", "5 ", "0x10", "1e3", "0",
+                                      "1025", "99999999999999999999999", "3.5"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char entry[128];
+        snprintf(entry, sizeof(entry), "CUPOOL_MAGAZINE_SIZE=%s", bad[i]);
+        ck_assert_int_eq(parse(&c, &l, false, entry, NULL), 1);
+        ck_assert_uint_eq(c.magazine_size, 16);
+        ck_assert_int_eq(l.n, 1);
+        ck_assert_msg(strstr(l.text[0], "CUPOOL_MAGAZINE_SIZE=\"") == l.text[0], "%s", l.text[0]);
+        ck_assert_msg(strstr(l.text[0], "expected an integer from 1 to 1024; using the default 16"),
+                      "%s", l.text[0]);
+    }
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_DISABLE=2", "CUPOOL_LOG=loud", "CUPOOL_DRIVER_PATH=", NULL), 3);
+    ck_assert(!c.disable);
+    ck_assert_int_eq(c.log_level, CUPOOL_LOG_WARN);
+    ck_assert_str_eq(c.driver_path, "libcuda.so.1");
+    ck_assert_msg(strstr(l.text[0], "expected 1, 0, true, false, yes, no, on or off; using the default 0"), "%s", l.text[0]);
+    ck_assert_msg(strstr(l.text[1], "none, error, warn, info or debug"), "%s", l.text[1]);
+    ck_assert_msg(strstr(l.text[2], "using the default libcuda.so.1"), "%s", l.text[2]);
+}
+END_TEST
+
+START_TEST(unknown_names_suggest_nearest)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_MAGAZINE_SIZ=4", "CUPOOL_STREAMS_IDLE_MAX=1",
+                           "CUPOOL_DRIVERPATH=x", "CUPOOL_=", NULL),
+                     4);
+    ck_assert_str_eq(l.text[0],
+                     "unknown variable CUPOOL_MAGAZINE_SIZ ignored (did you mean CUPOOL_MAGAZINE_SIZE?)");
+    ck_assert_msg(strstr(l.text[1], "did you mean CUPOOL_STREAM_IDLE_MAX?"), "%s", l.text[1]);
+    ck_assert_msg(strstr(l.text[2], "did you mean CUPOOL_DRIVER_PATH?"), "%s", l.text[2]);
+    ck_assert_uint_eq(c.magazine_size, 16);
+    ck_assert_str_eq(cupool__config_nearest("CUPOOL_STAT"), "CUPOOL_STATS");
+}
+END_TEST
+
+START_TEST(secure_process_ignores_paths)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, true, "CUPOOL_DRIVER_PATH=/tmp/evil.so", "CUPOOL_STATS=/etc/x",
+                           "CUPOOL_STATS_X=1", NULL),
+                     3);
+    ck_assert_str_eq(c.driver_path, "libcuda.so.1");
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    ck_assert_msg(strstr(l.text[0], "setuid or setgid"), "%s", l.text[0]);
+    ck_assert_msg(strstr(l.text[1], "setuid or setgid"), "%s", l.text[1]);
+    /* stderr statistics take no path and stay allowed */
+    parse(&c, &l, true, "CUPOOL_STATS=stderr", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+}
+END_TEST
+
+START_TEST(prewarm_clamped_to_cap)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_STREAM_PREWARM=100", "CUPOOL_STREAM_IDLE_MAX=10", NULL), 1);
+    ck_assert_uint_eq(c.stream_prewarm, 10);
+    ck_assert_msg(strstr(l.text[0], "prewarming 10"), "%s", l.text[0]);
+}
+END_TEST
+
+START_TEST(values_quoted_safely)
+{
+    struct cupool__config c;
+    struct lines l;
+    char big[5000];
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    char entry[5100];
+    snprintf(entry, sizeof(entry), "CUPOOL_LOG=%s", big);
+    parse(&c, &l, false, entry, "CUPOOL_MAGAZINE_SIZE=\x01\x7f\"\\", NULL);
+    ck_assert_int_eq(l.n, 2);
+    ck_assert_msg(strstr(l.text[0], "...") && strlen(l.text[0]) < 300, "%s", l.text[0]);
+    ck_assert_msg(strstr(l.text[1], "\\x01\\x7f\\x22\\x5c"), "%s", l.text[1]);
+}
+END_TEST
+
+/* Random names and values: never a crash, exactly one line per bad entry, every line names
+ * its variable, valid values always taken. */
+START_TEST(fuzz)
+{
+    static const char *const names[] = {"CUPOOL_MAGAZINE_SIZE", "CUPOOL_STREAM_IDLE_MAX",
+                                        "CUPOOL_EVENT_IDLE_MAX", "CUPOOL_STREAM_PREWARM",
+                                        "CUPOOL_EVENT_PREWARM", "CUPOOL_DISABLE", "CUPOOL_STATS",
+                                        "CUPOOL_DRIVER_PATH", "CUPOOL_LOG", "CUPOOL_BOGUS"};
+    unsigned int seed = 12345;
+    const char *iters_env = getenv("CUPOOLTEST_FUZZ_ITERS");
+    long iters = iters_env ? atol(iters_env) : 20000;
+    for (long it = 0; it < iters; it++) {
+        char value[64];
+        int len = rand_r(&seed) % 12;
+        for (int i = 0; i < len; i++) {
+            int r = rand_r(&seed) % 4;
+            value[i] = r == 0 ? (char)('0' + rand_r(&seed) % 10)
+                     : r == 1 ? (char)(1 + rand_r(&seed) % 255)
+                     : r == 2 ? "-+ x.eyo/"[rand_r(&seed) % 9]
+                              : (char)('a' + rand_r(&seed) % 26);
+        }
+        value[len] = '\0';
+        const char *name = names[rand_r(&seed) % 10];
+        char entry[128];
+        snprintf(entry, sizeof(entry), "%s=%s", name, value);
+        struct cupool__config c;
+        struct lines l;
+        int problems = parse(&c, &l, rand_r(&seed) % 2, entry, NULL);
+        ck_assert_int_le(problems, 1);
+        ck_assert_int_eq(problems, l.n);
+        if (problems)
+            ck_assert_msg(strstr(l.text[0], name) != NULL || !strcmp(name, "CUPOOL_BOGUS"), "%s",
+                          l.text[0]);
+        ck_assert_uint_ge(c.magazine_size, 1);
+        ck_assert_uint_le(c.magazine_size, 1024);
+        ck_assert_uint_le(c.stream_prewarm, c.stream_idle_max);
+        ck_assert_int_ge(c.log_level, 0);
+        ck_assert_int_le(c.log_level, 4);
+        ck_assert(memchr(c.driver_path, 0, sizeof(c.driver_path)) != NULL);
+    }
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, valid_values);
+    tcase_add_test(tc, bad_values_keep_defaults);
+    tcase_add_test(tc, unknown_names_suggest_nearest);
+    tcase_add_test(tc, secure_process_ignores_paths);
+    tcase_add_test(tc, prewarm_clamped_to_cap);
+    tcase_add_test(tc, values_quoted_safely);
+    tcase_add_test(tc, fuzz);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fakecuda: a simulated CUDA driver library for cupool's tests and for running cupool on
+ * machines without a GPU.
+ *
+ * libfakecuda.so exports the driver API subset cupool and its tests use, both by name and
+ * through cuGetProcAddress_v2, so an ordinary driver-API program runs on it unchanged when it
+ * is loaded as the driver (CUPOOL_DRIVER_PATH, or LD_LIBRARY_PATH holding its libcuda.so.1
+ * link). It reproduces what the real driver showed on an H200 (driver 580.159, CUDA 13.0):
+ *  - stream handles are reused: a stream created right after a destroy gets the same pointer;
+ *    event handles are not reused right away;
+ *  - after cuDevicePrimaryCtxReset the CUcontext pointer stays the same and its id changes;
+ *    cuCtxGetId(NULL) on a thread whose current context was reset returns
+ *    CUDA_ERROR_CONTEXT_IS_DESTROYED;
+ *  - any call on a stream or event of a reset context, or on a destroyed handle, crashes the
+ *    real driver: the simulation aborts with a message naming the call instead;
+ *  - cuGetProcAddress_v2 returns CUDA_SUCCESS with status SYMBOL_NOT_FOUND (unknown name) or
+ *    VERSION_NOT_SUFFICIENT (version older than the entry point), pfn NULL;
+ *  - stream priorities range from 0 (least) to -5 (greatest); out-of-range values are clamped;
+ *  - destroying a stream with queued work returns at once; the work still runs (at the next
+ *    context-wide synchronisation here); a new stream does not wait for it;
+ *  - in a child forked after cuInit every call returns CUDA_ERROR_NOT_INITIALIZED.
+ * Work is executed lazily: a stream's queued operations run in order when the stream, an
+ * event recorded on it, or the context is synchronised, when a synchronous copy runs, or when
+ * cuStreamQuery/cuEventQuery finds their simulated duration elapsed. Kernels run as host
+ * functions looked up by name in a table (builtins below, or fakecuda_register_kernel()).
+ *
+ * Environment: FAKECUDA_DEVICES (1..8, default 1).
+ * The control functions below are exported by libfakecuda.so; tests reach them with dlsym()
+ * on the driver library, so the same tests run against the real driver (where they are absent).
+ */
+#ifndef FAKECUDA_H
+#define FAKECUDA_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Streams / events created and not yet destroyed (a context reset destroys its handles). */
+int fakecuda_live_streams(void);
+int fakecuda_live_events(void);
+
+/** Number of calls made to an entry point, by its base name without _v2/_ptsz suffixes
+ *  (e.g. "cuStreamCreateWithPriority", "cuStreamDestroy"), since load or the last reset. */
+unsigned long fakecuda_calls(const char *entry);
+/** Total calls to any entry point. */
+unsigned long fakecuda_calls_total(void);
+void fakecuda_reset_counters(void);
+
+/**
+ * Fault injection: after `skip` more calls to `entry` (base name, as above) succeed, the next
+ * `count` calls (-1: all later calls) return `err` with no effect. One fault per entry point;
+ * a new call replaces it. entry "*" matches every entry point.
+ */
+void fakecuda_fault(const char *entry, unsigned long skip, long count, CUresult err);
+void fakecuda_fault_clear(void);
+
+/**
+ * Simulated driver teardown (what the process-exit path of the real driver does): every later
+ * call returns CUDA_ERROR_DEINITIALIZED. With strict mode on, any call after teardown prints
+ * the entry point to stderr and aborts, so a test fails if its code calls a torn-down driver.
+ * FAKECUDA_TEARDOWN_AT_EXIT=1 in the environment tears down from an atexit handler registered
+ * at cuInit (as the real driver's own exit path does), strict.
+ */
+void fakecuda_teardown(void);
+void fakecuda_set_strict_teardown(int on);
+unsigned long fakecuda_calls_after_teardown(void);
+
+/** Makes the context's state sticky-broken, as after an illegal address: every later call that
+ *  touches that context (its streams, events, memory, launches; cuCtxSynchronize) returns err.
+ *  The builtin kernel "trap" does the same to its context when it runs. */
+void fakecuda_poison_context(CUcontext ctx, CUresult err);
+
+/** Host implementation of a kernel: args[i] points at the i-th argument's bytes as copied at
+ *  launch; grid/block are the launch dimensions. */
+typedef void (*fakecuda_kernel_fn)(void **args, const unsigned int grid[3],
+                                   const unsigned int block[3]);
+/**
+ * Registers a kernel so cuModuleGetFunction(name) finds it in any module: nparams arguments
+ * with the given sizes in bytes. Builtins, always present:
+ *   spin(uint64 ns)                 takes ns of simulated time, does nothing else
+ *   addone(uint64 ptr)              *(uint32 *)ptr += 1
+ *   set_u32(uint64 ptr, uint32 v)   *(uint32 *)ptr = v
+ *   add_u32(uint64 ptr, uint32 v)   *(uint32 *)ptr += v
+ *   trap()                          poisons its context with CUDA_ERROR_ILLEGAL_ADDRESS
+ * Returns 0, or -1 if the table is full or the arguments are bad.
+ */
+int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_sizes,
+                             fakecuda_kernel_fn fn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FAKECUDA_H */

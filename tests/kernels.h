@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Test kernels, as PTX for the real driver. The simulated driver ignores the image and runs
+ * host functions of the same names (tests/fakecuda/fakecuda.h lists them):
+ *   spin(u64 ns)               busy-waits ns nanoseconds of %globaltimer
+ *   addone(u64 p)              *(u32 *)p += 1
+ *   set_u32(u64 p, u32 v)      *(u32 *)p = v
+ *   add_u32(u64 p, u32 v)      *(u32 *)p += v
+ */
+#ifndef CUPOOL_TEST_KERNELS_H
+#define CUPOOL_TEST_KERNELS_H
+
+static const char tu_kernels_ptx[] =
+    ".version 7.0\n"
+    ".target sm_52\n"
+    ".address_size 64\n"
+    ".visible .entry spin(.param .u64 ns)\n"
+    "{\n"
+    "  .reg .u64 %rd<5>;\n"
+    "  .reg .pred %p;\n"
+    "  ld.param.u64 %rd1, [ns];\n"
+    "  mov.u64 %rd2, %globaltimer;\n"
+    "LOOP:\n"
+    "  mov.u64 %rd3, %globaltimer;\n"
+    "  sub.u64 %rd4, %rd3, %rd2;\n"
+    "  setp.lt.u64 %p, %rd4, %rd1;\n"
+    "  @%p bra LOOP;\n"
+    "  ret;\n"
+    "}\n"
+    ".visible .entry addone(.param .u64 p)\n"
+    "{\n"
+    "  .reg .u64 %rd<3>;\n"
+    "  .reg .u32 %r<3>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  ld.global.u32 %r1, [%rd2];\n"
+    "  add.u32 %r2, %r1, 1;\n"
+    "  st.global.u32 [%rd2], %r2;\n"
+    "  ret;\n"
+    "}\n"
+    ".visible .entry set_u32(.param .u64 p, .param .u32 v)\n"
+    "{\n"
+    "  .reg .u64 %rd<3>;\n"
+    "  .reg .u32 %r<2>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  ld.param.u32 %r1, [v];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  st.global.u32 [%rd2], %r1;\n"
+    "  ret;\n"
+    "}\n"
+    ".visible .entry add_u32(.param .u64 p, .param .u32 v)\n"
+    "{\n"
+    "  .reg .u64 %rd<3>;\n"
+    "  .reg .u32 %r<4>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  ld.param.u32 %r1, [v];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  ld.global.u32 %r2, [%rd2];\n"
+    "  add.u32 %r3, %r2, %r1;\n"
+    "  st.global.u32 [%rd2], %r3;\n"
+    "  ret;\n"
+    "}\n";
+
+#endif

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared test support. Every suite runs against the driver cupool loads: the simulated one
+ * (CUPOOL_DRIVER_PATH points at fakecuda.so under `make check`) or the real one
+ * (tests/real-driver.sh). Tests reach the driver through cupool_driver_get_proc(), and the
+ * simulation's control functions through dlsym(), which finds nothing on the real driver:
+ * tu_fake.present says which one is loaded.
+ *
+ * Check runs each test in a forked child, so each test starts with a fresh cupool and a fresh
+ * driver; nothing in a suite's main() may touch CUDA (a child of a CUDA process cannot use it).
+ */
+#ifndef CUPOOL_TESTUTIL_H
+#define CUPOOL_TESTUTIL_H
+
+#include <check.h>
+#include <cuda.h>
+#include <stddef.h>
+
+#include "cupool.h"
+
+/* Driver entry points tests call, resolved through cupool at the ABI versions named in
+ * testutil.c. */
+struct tu_driver {
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*cuDevicePrimaryCtxReset)(CUdevice);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuStreamQuery)(CUstream);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuStreamGetFlags)(CUstream, unsigned int *);
+    CUresult (*cuStreamGetPriority)(CUstream, int *);
+    CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*cuStreamEndCapture)(CUstream, CUgraph *);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventSynchronize)(CUevent);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuMemsetD32)(CUdeviceptr, unsigned int, size_t);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                               unsigned int, unsigned int, unsigned int, CUstream, void **,
+                               void **);
+};
+extern struct tu_driver tu;
+
+/* The simulation's control functions; all NULL on the real driver. */
+struct tu_fake {
+    int present;
+    int (*live_streams)(void);
+    int (*live_events)(void);
+    unsigned long (*calls)(const char *);
+    unsigned long (*calls_total)(void);
+    void (*fault)(const char *, unsigned long, long, CUresult);
+    void (*fault_clear)(void);
+    void (*teardown)(void);
+    void (*set_strict_teardown)(int);
+};
+extern struct tu_fake tu_fake;
+
+extern CUdevice tu_dev;
+extern CUcontext tu_ctx;
+
+/* Loads cupool and the driver, resolves tu and tu_fake, and makes device 0's primary context
+ * current. Fails the test on error. Call at the start of each test (or a checked fixture). */
+void tu_setup(void);
+
+/* Resolves tu and tu_fake only (cupool_init() must already have succeeded). */
+void tu_resolve(void);
+
+/* Test kernels: loads tests/kernels.h into the current context. */
+struct tu_kernels {
+    CUmodule module;
+    CUfunction spin, addone, set_u32, add_u32;
+};
+void tu_load_kernels(struct tu_kernels *k);
+void tu_launch1(CUfunction f, CUstream s, void **args);
+
+/* Statistics of the first class matching kind/flags (priority ignored), or fails the test. */
+cupool_class_stats_t tu_stats(cupool_kind_t kind, unsigned int flags);
+/* Number of classes. */
+size_t tu_class_count(void);
+
+/*
+ * Runs a suite the way every test program does: honours CUPOOLTEST_REAL=1 (set by
+ * tests/real-driver.sh) by first checking, in a child process, that a GPU answers, and
+ * exiting 77 (automake's SKIP) when none does. Returns the process exit status.
+ */
+int tu_run(Suite *s);
+/* True when running against the real driver (CUPOOLTEST_REAL=1). */
+int tu_real(void);
+
+#define TU_OK(call)                                                                        \
+    do {                                                                                   \
+        CUresult tu_r_ = (call);                                                           \
+        ck_assert_msg(tu_r_ == CUDA_SUCCESS, "%s returned %s: %s", #call,                  \
+                      cupool_result_name(tu_r_), cupool_error_string());                   \
+    } while (0)
+
+#define TU_EQ(call, expected)                                                              \
+    do {                                                                                   \
+        CUresult tu_r_ = (call);                                                           \
+        ck_assert_msg(tu_r_ == (expected), "%s returned %s, expected %s (%s)", #call,      \
+                      cupool_result_name(tu_r_), cupool_result_name(expected),             \
+                      cupool_error_string());                                              \
+    } while (0)
+
+#endif
