@@ -3,8 +3,8 @@
  * cupool-bench: what a stream or event costs from the raw driver and from cupool, at 1 to 16
  * threads, in one run.
  *
- *   cupool-bench [streams] [events] [--threads 1,2,4,8,16] [--pairs N] [--driver-pairs N]
- *                [--repeats R] [--json]
+ *   cupool-bench [streams] [events] [calls] [--threads 1,2,4,8,16] [--pairs N]
+ *                [--driver-pairs N] [--repeats R] [--json]
  *
  * Each thread makes the current context current, warms up, waits at a barrier, then times N
  * create+destroy (driver) or acquire+release (cupool) pairs back to back. A repeat's figure is
@@ -14,6 +14,9 @@
  *   cupool        cupool_stream_acquire + cupool_stream_release (current-context API)
  *   pool          cupool_stream_pool_acquire + cupool_stream_pool_release (explicit pool)
  *   pool-vouched  the same, released with CUPOOL_RELEASE_NOT_CAPTURING (streams only)
+ * `calls` times the driver calls cupool's hot paths make (cuCtxGetId, cuStreamIsCapturing),
+ * and cuCtxGetCurrent for comparison, per call and per thread, so a table's figures can be
+ * split into driver time and cupool's own.
  * Without a GPU the run says so and uses the simulated driver; every figure is then labelled
  * "simulated".
  */
@@ -36,9 +39,13 @@
 #define CUPOOL_PKGLIBDIR "/usr/local/lib/cupool"
 #endif
 
-enum kind { STREAMS, EVENTS };
+enum kind { STREAMS, EVENTS, CALLS };
 enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_COUNT };
 static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched"};
+enum call { C_GET_CURRENT, C_GET_ID_NULL, C_GET_ID_CTX, C_IS_CAPTURING, C_COUNT };
+static const char *const call_names[C_COUNT] = {"cuCtxGetCurrent", "cuCtxGetId(NULL)",
+                                                "cuCtxGetId(ctx)", "cuStreamIsCapturing"};
+static const char *const kind_names[3] = {"streams", "events", "calls"};
 
 static struct {
     CUresult (*cuDeviceGet)(CUdevice *, int);
@@ -50,6 +57,9 @@ static struct {
     CUresult (*cuStreamDestroy)(CUstream);
     CUresult (*cuEventCreate)(CUevent *, unsigned int);
     CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
 } drv;
 
 static CUcontext ctx;
@@ -85,9 +95,33 @@ static double now_ns(void)
 
 /* ---- the timed loops ---- */
 
+static CUresult run_calls(enum call c, long n)
+{
+    CUresult r = CUDA_SUCCESS;
+    CUcontext cur;
+    unsigned long long id;
+    CUstreamCaptureStatus cs;
+    CUstream s = NULL;
+    if (c == C_IS_CAPTURING && (r = drv.cuStreamCreateWithPriority(&s, STREAM_FLAGS, 0)))
+        return r;
+    for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
+        switch (c) {
+        case C_GET_CURRENT: r = drv.cuCtxGetCurrent(&cur); break;
+        case C_GET_ID_NULL: r = drv.cuCtxGetId(NULL, &id); break;
+        case C_GET_ID_CTX: r = drv.cuCtxGetId(ctx, &id); break;
+        default: r = drv.cuStreamIsCapturing(s, &cs); break;
+        }
+    }
+    if (s)
+        drv.cuStreamDestroy(s);
+    return r;
+}
+
 static CUresult run_pairs(enum kind k, enum method m, long n)
 {
     CUresult r = CUDA_SUCCESS;
+    if (k == CALLS)
+        return run_calls((enum call)m, n);
     for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
         if (k == STREAMS) {
             CUstream s;
@@ -162,7 +196,7 @@ static double measure(enum kind k, enum method m, int threads)
     pthread_barrier_init(&start, NULL, (unsigned int)threads);
     for (int i = 0; i < threads; i++) {
         w[i] = (struct worker){.kind = k, .method = m, .start = &start,
-                               .n = m == M_DRIVER ? driver_pairs : pairs};
+                               .n = k != CALLS && m == M_DRIVER ? driver_pairs : pairs};
         if (pthread_create(&w[i].thread, NULL, worker_main, &w[i]) != 0) {
             perror("pthread_create");
             exit(1);
@@ -278,6 +312,9 @@ static void setup_driver(int json)
     RESOLVE(cuStreamDestroy, 4000);
     RESOLVE(cuEventCreate, 2000);
     RESOLVE(cuEventDestroy, 4000);
+    RESOLVE(cuCtxGetCurrent, 4000);
+    RESOLVE(cuCtxGetId, 12000);
+    RESOLVE(cuStreamIsCapturing, 10000);
     CUdevice dev;
     CHECK(drv.cuDeviceGet(&dev, 0));
     CHECK(drv.cuDevicePrimaryCtxRetain(&ctx, dev));
@@ -290,9 +327,10 @@ static void setup_driver(int json)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: cupool-bench [streams] [events] [--threads LIST] [--pairs N] "
+    fprintf(f, "usage: cupool-bench [streams] [events] [calls] [--threads LIST] [--pairs N] "
                "[--driver-pairs N] [--repeats R] [--json]\n"
-               "  streams, events   what to measure (default: both)\n"
+               "  streams, events   acquire+release vs create+destroy (default: all three)\n"
+               "  calls             the driver calls on cupool's hot paths, alone\n"
                "  --threads LIST    comma-separated thread counts (default 1,2,4,8,16)\n"
                "  --pairs N         cupool pairs per thread per repeat (default 1000000)\n"
                "  --driver-pairs N  raw driver pairs per thread per repeat (default 2000)\n"
@@ -315,7 +353,7 @@ static long parse_long(const char *s, const char *what, long min, long max)
 
 int main(int argc, char **argv)
 {
-    int kinds[2] = {0, 0}, json = 0;
+    int kinds[3] = {0, 0, 0}, json = 0;
     int threads[16] = {1, 2, 4, 8, 16}, nthreads = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -323,6 +361,8 @@ int main(int argc, char **argv)
             kinds[STREAMS] = 1;
         else if (!strcmp(a, "events"))
             kinds[EVENTS] = 1;
+        else if (!strcmp(a, "calls"))
+            kinds[CALLS] = 1;
         else if (!strcmp(a, "--json"))
             json = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -354,8 +394,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!kinds[STREAMS] && !kinds[EVENTS])
-        kinds[STREAMS] = kinds[EVENTS] = 1;
+    if (!kinds[STREAMS] && !kinds[EVENTS] && !kinds[CALLS])
+        kinds[STREAMS] = kinds[EVENTS] = kinds[CALLS] = 1;
 
     setup_driver(json);
     char gpu[256] = "";
@@ -384,16 +424,22 @@ int main(int argc, char **argv)
                repeats);
 
     int first = 1;
-    for (int k = STREAMS; k <= EVENTS; k++) {
+    for (int k = STREAMS; k <= CALLS; k++) {
         if (!kinds[k])
             continue;
-        int nmethods = k == STREAMS ? M_COUNT : M_POOL + 1;
+        int calls = k == CALLS;
+        int nmethods = calls ? C_COUNT : k == STREAMS ? M_COUNT : M_POOL + 1;
+        const char *const *names = calls ? call_names : method_names;
         double med[16][M_COUNT];
         if (!json) {
-            printf("\n%s%s\n%7s", k == STREAMS ? "streams" : "events", label, "threads");
+            if (calls)
+                printf("\ndriver calls on cupool's hot paths, ns per call, per thread%s\n", label);
+            else
+                printf("\n%s%s\n", kind_names[k], label);
+            printf("%7s", "threads");
             for (int m = 0; m < nmethods; m++)
-                printf(" %13s", method_names[m]);
-            for (int m = 1; m < nmethods; m++)
+                printf(" %*s", calls ? 20 : 13, names[m]);
+            for (int m = 1; !calls && m < nmethods; m++)
                 printf(" %9s", "x");
             printf("\n");
         }
@@ -407,9 +453,9 @@ int main(int argc, char **argv)
                                          : (rep[repeats / 2 - 1] + rep[repeats / 2]) / 2;
                 if (json) {
                     printf("%s{\"kind\":\"%s\",\"method\":\"%s\",\"threads\":%d,"
-                           "\"ns_per_pair_median\":%.2f,\"repeats_ns\":[",
-                           first ? "" : ",", k == STREAMS ? "streams" : "events", method_names[m],
-                           threads[ti], med[ti][m]);
+                           "\"ns_per_%s_median\":%.2f,\"repeats_ns\":[",
+                           first ? "" : ",", kind_names[k], names[m], threads[ti],
+                           calls ? "call" : "pair", med[ti][m]);
                     for (int r = 0; r < repeats; r++)
                         printf("%s%.2f", r ? "," : "", rep[r]);
                     printf("]}");
@@ -419,8 +465,8 @@ int main(int argc, char **argv)
             if (!json) {
                 printf("%7d", threads[ti]);
                 for (int m = 0; m < nmethods; m++)
-                    printf(" %13.1f", med[ti][m]);
-                for (int m = 1; m < nmethods; m++)
+                    printf(" %*.1f", calls ? 20 : 13, med[ti][m]);
+                for (int m = 1; !calls && m < nmethods; m++)
                     printf(" %8.0fx", med[ti][M_DRIVER] / med[ti][m]);
                 printf("\n");
                 fflush(stdout);
@@ -430,9 +476,10 @@ int main(int argc, char **argv)
             printf("per-thread cost at %d threads / at %d thread%s:", threads[nthreads - 1],
                    threads[0], threads[0] == 1 ? "" : "s");
             for (int m = 0; m < nmethods; m++)
-                printf(" %s %.2f%s", method_names[m], med[nthreads - 1][m] / med[0][m],
+                printf(" %s %.2f%s", names[m], med[nthreads - 1][m] / med[0][m],
                        m + 1 < nmethods ? "," : "\n");
-            printf("(x = speedup over the driver)\n");
+            if (!calls)
+                printf("(x = speedup over the driver)\n");
         }
     }
     if (json)

@@ -64,6 +64,8 @@ struct cupool__tcache *cupool__tcaches(void)
 
 static inline struct cupool__slot *slot_of(struct cupool__tcache *tc, uint32_t index)
 {
+    if (CUPOOL_LIKELY(index < CUPOOL_SLOTS_PER_CHUNK))
+        return &tc->slots0[index];
     struct cupool__slot *chunk = atomic_load_explicit(&tc->chunks[index / CUPOOL_SLOTS_PER_CHUNK],
                                                       CUPOOL_RELAXED);
     return chunk ? &chunk[index % CUPOOL_SLOTS_PER_CHUNK] : NULL;
@@ -71,6 +73,8 @@ static inline struct cupool__slot *slot_of(struct cupool__tcache *tc, uint32_t i
 
 const struct cupool__slot *cupool__slot_peek(const struct cupool__tcache *tc, uint32_t index)
 {
+    if (index < CUPOOL_SLOTS_PER_CHUNK)
+        return &tc->slots0[index];
     struct cupool__slot *chunk = atomic_load_explicit(
         (_Atomic(struct cupool__slot *) *)&tc->chunks[index / CUPOOL_SLOTS_PER_CHUNK],
         CUPOOL_ACQUIRE);
@@ -564,9 +568,17 @@ static CUresult acquire_slow(struct cupool__class *cls, bool ctx_current,
     return r;
 }
 
-/* Takes a handle of `cls` for the caller. Lifecycle state already checked by the caller. */
-static inline CUresult acquire_from(struct cupool__class *cls, bool ctx_current, void **out)
+/* Takes a handle of `cls` for the caller, whatever it takes: the general path behind
+ * acquire_from(). */
+__attribute__((noinline)) static CUresult acquire_general(struct cupool__class *cls,
+                                                          bool ctx_current, void **out)
 {
+    int st = cupool__state_now();
+    if (st != CUPOOL_ST_RUNNING && st != CUPOOL_ST_PASSTHROUGH) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
     for (;;) {
         struct cupool__tcache *tc = cupool__tl;
         struct cupool__slot *s = tc ? slot_of(tc, cls->index) : NULL;
@@ -598,6 +610,55 @@ static inline CUresult acquire_from(struct cupool__class *cls, bool ctx_current,
         *out = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
         return CUDA_SUCCESS;
     }
+}
+
+/* The top of the magazine is a stream released unchecked (current-context API): check it is
+ * not capturing, then hand it out; anything else goes the general way. Kept out of line so the
+ * fast path below saves no registers. */
+__attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__class *cls,
+                                                                struct cupool__slot *s,
+                                                                struct cupool__magazine *m,
+                                                                struct cupool__handle *rec,
+                                                                void **out)
+{
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    if (cupool__drv.cuStreamIsCapturing(h, &cs) != CUDA_SUCCESS ||
+        cs != CU_STREAM_CAPTURE_STATUS_NONE)
+        return acquire_general(cls, true, out); /* pops it again and disposes of it */
+    m->count--;
+    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+    cupool__counter_inc(&s->acquires);
+    *out = h;
+    return CUDA_SUCCESS;
+}
+
+/*
+ * The acquire fast path: the top of the thread's loaded magazine, when it is a clean idle
+ * handle. Inlined into each public acquire, so a hit is straight-line code with no call.
+ */
+__attribute__((always_inline)) static inline CUresult acquire_from(struct cupool__class *cls,
+                                                                   bool ctx_current, void **out)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+        struct cupool__slot *s = slot_of(tc, cls->index);
+        struct cupool__magazine *m = s ? s->loaded : NULL;
+        if (CUPOOL_LIKELY(m != NULL && m->count != 0)) {
+            struct cupool__handle *rec = m->items[m->count - 1];
+            uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
+            if (CUPOOL_LIKELY(st == CUPOOL_H_IDLE)) {
+                m->count--;
+                atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+                cupool__counter_inc(&s->acquires);
+                *out = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+                return CUDA_SUCCESS;
+            }
+            if (st == CUPOOL_H_IDLE_UNCHECKED && ctx_current)
+                return acquire_unchecked_top(cls, s, m, rec, out);
+        }
+    }
+    return acquire_general(cls, ctx_current, out);
 }
 
 /* Why a release was refused; or, for a handle of a context that is gone, its quiet end. */
@@ -681,8 +742,8 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
     return CUDA_SUCCESS;
 }
 
-static CUresult release_handle(const struct cupool__class_ops *ops,
-                               struct cupool__class *expect, void *h, uint32_t idle_state);
+static CUresult release_general(const struct cupool__class_ops *ops,
+                                struct cupool__class *expect, void *h, uint32_t idle_state);
 
 /* Release in any state but RUNNING. */
 static CUresult release_other_state(const struct cupool__class_ops *ops,
@@ -696,7 +757,7 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
         if (r != CUDA_SUCCESS)
             return r;
         if (cupool__state_now() == CUPOOL_ST_RUNNING)
-            return release_handle(ops, expect, h, idle_state);
+            return release_general(ops, expect, h, idle_state);
     }
     /* CUPOOL_DISABLE: validate exactly as when pooling, then destroy. */
     struct cupool__handle *rec = cupool__registry_lookup(h);
@@ -710,31 +771,49 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
     return handle_destroy(cls, rec, true);
 }
 
-static inline CUresult release_handle(const struct cupool__class_ops *ops,
-                                      struct cupool__class *expect, void *h, uint32_t idle_state)
+/* Every release but the fast one: other lifecycle states, refusals, a full magazine. */
+__attribute__((noinline)) static CUresult release_general(const struct cupool__class_ops *ops,
+                                                          struct cupool__class *expect, void *h,
+                                                          uint32_t idle_state)
 {
-    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING))
+    if (cupool__state_now() != CUPOOL_ST_RUNNING)
         return release_other_state(ops, expect, h, idle_state);
     struct cupool__handle *rec = cupool__registry_lookup(h);
     struct cupool__class *cls = NULL;
-    if (CUPOOL_UNLIKELY(!release_ok(ops, expect, rec, &cls)))
+    if (!release_ok(ops, expect, rec, &cls))
         return release_refused(ops, expect, h, rec);
-    struct cupool__tcache *tc = cupool__tl;
-    struct cupool__slot *s = tc ? slot_of(tc, cls->index) : NULL;
-    struct cupool__magazine *m = s ? s->loaded : NULL;
-    if (CUPOOL_LIKELY(m && m->count < cupool__mag_capacity)) {
-        atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-        m->items[m->count++] = rec;
-        cupool__counter_inc(&s->releases);
-        return CUDA_SUCCESS;
-    }
     return release_slow(cls, rec, idle_state);
 }
 
+/* The release fast path: registry lookup, ownership check, push onto this thread's magazine.
+ * Inlined into each public release. */
+__attribute__((always_inline)) static inline CUresult release_handle(
+    const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = cupool__registry_lookup(h);
+    /* Everything the decision needs is in the record's own cache line. A handle of a context
+     * known to be gone may land in its dead class's magazine here: harmless, that class never
+     * hands it out, and trim forgets it without a driver call. */
+    if (CUPOOL_LIKELY(rec != NULL && tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
+                      rec->kind == (uint32_t)ops->kind &&
+                      atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
+                      (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
+        struct cupool__slot *s = slot_of(tc, rec->index);
+        struct cupool__magazine *m = s ? s->loaded : NULL;
+        if (CUPOOL_LIKELY(m != NULL && m->count < cupool__mag_capacity)) {
+            atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+            m->items[m->count++] = rec;
+            cupool__counter_inc(&s->releases);
+            return CUDA_SUCCESS;
+        }
+    }
+    return release_general(ops, expect, h, idle_state);
+}
+
 /* Current-context acquire: the context's id picks the class through the thread's cache. */
-static inline CUresult acquire_current(const struct cupool__class_ops *ops,
-                                       struct cupool__cc_entry *(*cache)(struct cupool__tcache *),
-                                       unsigned int flags, int priority, void **out)
+__attribute__((always_inline)) static inline CUresult
+acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int priority, void **out)
 {
     int st = cupool__state_now();
     if (CUPOOL_UNLIKELY(st != CUPOOL_ST_RUNNING)) {
@@ -756,7 +835,7 @@ static inline CUresult acquire_current(const struct cupool__class_ops *ops,
     struct cupool__cc_entry *e = NULL;
     struct cupool__class *cls = NULL;
     if (CUPOOL_LIKELY(tc != NULL)) {
-        e = &cache(tc)[(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+        e = &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
         if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key))
             cls = e->cls;
     }
@@ -765,23 +844,13 @@ static inline CUresult acquire_current(const struct cupool__class_ops *ops,
         if (r != CUDA_SUCCESS)
             return r;
         if ((tc = cupool__tcache_self()) != NULL) {
-            e = &cache(tc)[(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+            e = &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
             e->ctx_id = id;
             e->key = key;
             e->cls = cls;
         }
     }
     return acquire_from(cls, true, out);
-}
-
-static struct cupool__cc_entry *stream_cache(struct cupool__tcache *tc)
-{
-    return tc->stream_cc;
-}
-
-static struct cupool__cc_entry *event_cache(struct cupool__tcache *tc)
-{
-    return tc->event_cc;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -808,7 +877,7 @@ CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, int priorit
                                     : "cupool_stream_acquire: unknown flags 0x%x (known: "
                                       "CU_STREAM_DEFAULT, CU_STREAM_NON_BLOCKING)",
                             flags);
-    return acquire_current(&cupool__stream_ops, stream_cache, flags, priority, (void **)stream);
+    return acquire_current(&cupool__stream_ops, flags, priority, (void **)stream);
 }
 
 CUresult cupool_stream_release(CUstream stream)
@@ -825,7 +894,7 @@ CUresult cupool_event_acquire(CUevent *event, unsigned int flags)
                                      "CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, "
                                      "CU_EVENT_INTERPROCESS with CU_EVENT_DISABLE_TIMING)",
                             flags);
-    return acquire_current(&cupool__event_ops, event_cache, flags, 0, (void **)event);
+    return acquire_current(&cupool__event_ops, flags, 0, (void **)event);
 }
 
 CUresult cupool_event_release(CUevent event)
@@ -892,11 +961,6 @@ static inline CUresult pool_acquire(const void *pool, const struct cupool__class
     if (CUPOOL_UNLIKELY(!cls || !out))
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s pool acquire: %s", ops->name,
                             !out ? "output pointer is NULL" : "not a pool of this kind");
-    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING)) {
-        CUresult r = cupool__enter();
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
     return acquire_from(cls, false, out);
 }
 

@@ -50,6 +50,16 @@ struct cupool__class {
     _Atomic uint64_t high_water;
 };
 
+static inline uint32_t cupool__class_index(const struct cupool__class *cls)
+{
+    return cls ? cls->index : 0;
+}
+
+static inline uint32_t cupool__class_kind(const struct cupool__class *cls)
+{
+    return cls ? (uint32_t)cls->ops->kind : 0;
+}
+
 /* A thread's share of one class: two magazines and its single-writer counters. */
 struct cupool__slot {
     struct cupool__magazine *loaded;
@@ -73,9 +83,9 @@ struct cupool__cc_entry {
 /* Per-thread state. Type-stable: kept on a global list and reused by later threads, so the
  * statistics reader can always walk it. */
 struct cupool__tcache {
-    _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS];
-    struct cupool__cc_entry stream_cc[CUPOOL_CC_SIZE];
-    struct cupool__cc_entry event_cc[CUPOOL_CC_SIZE];
+    struct cupool__slot slots0[CUPOOL_SLOTS_PER_CHUNK]; /* classes 0..63: one load less */
+    _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS]; /* [0] unused */
+    struct cupool__cc_entry cc[2][CUPOOL_CC_SIZE]; /* [cupool_kind_t] */
     struct cupool__tcache *next;
     _Atomic int active;
     char errmsg[CUPOOL_ERRMSG_MAX];

@@ -2,54 +2,28 @@
 #include "internal.h"
 #include "registry.h"
 #include "alloc.h"
+#include "pool.h"
 
 #include <pthread.h>
 
-/* Open addressing with linear probing. A slot holds NULL (never used: ends a probe), the
- * tombstone (removed: probe on) or a record. The table is rebuilt, larger when needed, once
- * live entries plus tombstones pass 3/4 of the slots; the old table stays allocated (readers
- * may be inside it) on a retired list. */
-#define TOMBSTONE ((struct cupool__handle *)1)
-
-struct table {
-    size_t mask;                /* slots - 1, slots a power of two */
-    size_t live, tombs;         /* under the mutex */
-    struct table *retired_next; /* older tables, kept for readers still inside them */
-    _Atomic(struct cupool__handle *) slots[];
-};
+/* The table is rebuilt, larger when needed, once live entries plus tombstones pass 3/4 of the
+ * slots; the old table stays allocated (readers may be inside it) on a retired list. */
+#define TOMBSTONE CUPOOL_REG_TOMBSTONE
+#define current cupool__reg_current
+#define hash_ptr cupool__reg_hash
+typedef struct cupool__reg_table table_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic(struct table *) current;
-static struct table *retired;
+_Atomic(table_t *) cupool__reg_current;
+static table_t *retired;
 static struct cupool__handle *free_records;
 
 static size_t table_bytes(size_t nslots)
 {
-    return sizeof(struct table) + nslots * sizeof(struct cupool__handle *);
+    return sizeof(table_t) + nslots * sizeof(struct cupool__handle *);
 }
 
-static inline size_t hash_ptr(const void *p)
-{
-    /* Fibonacci hashing of the address; its low bits are alignment, the high bits mix well. */
-    uint64_t x = (uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15);
-    return (size_t)(x >> 20);
-}
-
-struct cupool__handle *cupool__registry_lookup(const void *handle)
-{
-    struct table *t = atomic_load_explicit(&current, CUPOOL_ACQUIRE);
-    if (CUPOOL_UNLIKELY(!t || !handle))
-        return NULL;
-    for (size_t i = hash_ptr(handle) & t->mask;; i = (i + 1) & t->mask) {
-        struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_ACQUIRE);
-        if (!rec)
-            return NULL;
-        if (rec != TOMBSTONE && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == handle)
-            return rec;
-    }
-}
-
-static void place(struct table *t, struct cupool__handle *rec)
+static void place(table_t *t, struct cupool__handle *rec)
 {
     void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
     size_t i = hash_ptr(h) & t->mask;
@@ -68,14 +42,14 @@ static void place(struct table *t, struct cupool__handle *rec)
 /* Under the mutex: makes room for one more entry, rebuilding the table when needed. */
 static int reserve(void)
 {
-    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
     if (t && (t->live + t->tombs + 1) * 4 <= (t->mask + 1) * 3)
         return 0;
     size_t need = t ? t->live + 1 : 1;
     size_t n = 64;
     while (n < need * 2)
         n *= 2;
-    struct table *fresh = cupool__alloc(table_bytes(n));
+    table_t *fresh = cupool__alloc(table_bytes(n));
     if (!fresh)
         return -1;
     fresh->mask = n - 1;
@@ -112,7 +86,7 @@ static struct cupool__handle *record_new(void)
 /* Under the mutex: takes the record registered for `handle`, if any, out of the table. */
 static void evict_stale(const void *handle)
 {
-    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
     if (!t)
         return;
     for (size_t i = hash_ptr(handle) & t->mask;; i = (i + 1) & t->mask) {
@@ -137,6 +111,8 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
     struct cupool__handle *rec = NULL;
     if (reserve() == 0 && (rec = record_new()) != NULL) {
         atomic_store_explicit(&rec->cls, cls, CUPOOL_RELAXED);
+        rec->index = cupool__class_index(cls);
+        rec->kind = cupool__class_kind(cls);
         rec->next_free = NULL;
         atomic_store_explicit(&rec->state, state, CUPOOL_RELAXED);
         atomic_store_explicit(&rec->handle, handle, CUPOOL_RELAXED);
@@ -150,7 +126,7 @@ bool cupool__registry_remove(struct cupool__handle *rec)
 {
     pthread_mutex_lock(&reg_lock);
     bool live = atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_STALE;
-    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
     void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
     for (size_t i = hash_ptr(h) & t->mask; live; i = (i + 1) & t->mask) {
         struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
@@ -174,7 +150,7 @@ bool cupool__registry_remove(struct cupool__handle *rec)
 size_t cupool__registry_count(void)
 {
     pthread_mutex_lock(&reg_lock);
-    struct table *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
     size_t n = t ? t->live : 0;
     pthread_mutex_unlock(&reg_lock);
     return n;

@@ -23,15 +23,52 @@ enum cupool__handle_state {
                                 record is out of the table and must never reach the driver */
 };
 
+/* One cache line per record: records of different threads' handles must not share a line,
+ * or every acquire and release would bounce it between their cores (seen on an H200 host:
+ * 2 threads ran 4x slower per pair with 32-byte records). */
 struct cupool__handle {
-    _Atomic(void *) handle;               /* CUstream or CUevent; NULL when free */
+    alignas(CUPOOL_CACHELINE) _Atomic(void *) handle; /* CUstream or CUevent; NULL when free */
     _Atomic(struct cupool__class *) cls;  /* owning class; set before publication */
     _Atomic uint32_t state;               /* enum cupool__handle_state */
+    uint32_t index;                       /* copies of the class's index and kind, so a */
+    uint32_t kind;                        /* release needs no load from the class */
     struct cupool__handle *next_free;     /* free list, under the registry mutex */
 };
 
+/* The table, exposed so the hot path can inline lookups. Open addressing with linear
+ * probing: a slot holds NULL (never used: ends a probe), the tombstone (removed: probe on) or
+ * a record. */
+#define CUPOOL_REG_TOMBSTONE ((struct cupool__handle *)1)
+struct cupool__reg_table {
+    size_t mask;                          /* slots - 1, slots a power of two */
+    size_t live, tombs;                   /* under the registry mutex */
+    struct cupool__reg_table *retired_next; /* older tables, kept for readers inside them */
+    _Atomic(struct cupool__handle *) slots[];
+};
+extern _Atomic(struct cupool__reg_table *) cupool__reg_current;
+
+static inline size_t cupool__reg_hash(const void *p)
+{
+    /* Fibonacci hashing of the address; its low bits are alignment, the high bits mix well. */
+    uint64_t x = (uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15);
+    return (size_t)(x >> 20);
+}
+
 /* Record of `handle`, or NULL if cupool does not hold it. Lock-free; any thread. */
-struct cupool__handle *cupool__registry_lookup(const void *handle);
+static inline struct cupool__handle *cupool__registry_lookup(const void *handle)
+{
+    struct cupool__reg_table *t = atomic_load_explicit(&cupool__reg_current, CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(!t || !handle))
+        return NULL;
+    for (size_t i = cupool__reg_hash(handle) & t->mask;; i = (i + 1) & t->mask) {
+        struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_ACQUIRE);
+        if (CUPOOL_LIKELY(rec != NULL && rec != CUPOOL_REG_TOMBSTONE &&
+                          atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == handle))
+            return rec;
+        if (!rec)
+            return NULL;
+    }
+}
 
 /* Records a handle just created for `cls`, in `state`. NULL if out of memory (the caller then
  * destroys the handle). A record still registered under the same value (the driver reuses

@@ -7,9 +7,11 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "pool.h"
 #include "registry.h"
 
-static struct cupool__class *const CLS = (struct cupool__class *)0x1000;
+static struct cupool__class the_class = {.index = 5, .ops = &cupool__event_ops};
+static struct cupool__class *const CLS = &the_class;
 
 static void *fake_handle(uintptr_t i)
 {
@@ -31,6 +33,8 @@ START_TEST(insert_lookup_remove_grow)
         struct cupool__handle *r = cupool__registry_lookup(fake_handle(i));
         ck_assert_ptr_eq(r, rec[i]);
         ck_assert_ptr_eq(atomic_load(&r->cls), CLS);
+        ck_assert_uint_eq(r->index, 5);
+        ck_assert_uint_eq(r->kind, CUPOOL_KIND_EVENT);
         ck_assert_uint_eq(atomic_load(&r->state), CUPOOL_H_OWNED);
     }
     ck_assert_ptr_null(cupool__registry_lookup(fake_handle(N + 5)));

@@ -156,7 +156,8 @@ struct fc_ctx {
     CUdevice dev;
     int active;        /* primary: retained and not reset; created: not destroyed */
     int dying;         /* its resources are being torn down */
-    unsigned refcount; /* primary retains */
+    int was_reset;     /* primary: cuDevicePrimaryCtxReset since it was last activated */
+    unsigned refcount; /* primary retains (a reset keeps them, as on the real driver) */
     unsigned flags;
     unsigned long long id;
     CUresult sticky;
@@ -249,6 +250,10 @@ struct fc_pool {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 
+static int g_env_read;
+static int g_stub;                              /* FAKECUDA_STUB=1 */
+static int g_driver_version = FC_DRIVER_VERSION; /* FAKECUDA_DRIVER_VERSION */
+static char g_hidden[512];                      /* FAKECUDA_HIDE, as ",name,name," */
 static int g_initialized;
 static int g_fork_child;
 static int g_torn_down;
@@ -366,10 +371,40 @@ static int fault_step(struct fc_fault *f, CUresult *err)
     return 1;
 }
 
+/* The failure modes the environment asks for (read once, at the first call). */
+static void read_env(void)
+{
+    const char *v;
+    g_env_read = 1;
+    v = getenv("FAKECUDA_STUB");
+    g_stub = v && strcmp(v, "1") == 0;
+    v = getenv("FAKECUDA_DRIVER_VERSION");
+    if (v && *v)
+        g_driver_version = atoi(v);
+    v = getenv("FAKECUDA_HIDE");
+    if (v && *v && strlen(v) + 3 <= sizeof g_hidden) {
+        snprintf(g_hidden, sizeof g_hidden, ",%s,", v);
+        for (char *p = g_hidden; *p; p++)
+            if (*p == ' ' || *p == ':' || *p == ';')
+                *p = ',';
+    }
+}
+
+/* FAKECUDA_HIDE names it: cuGetProcAddress does not find it. */
+static int hidden(const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = strstr(g_hidden, name); p; p = strstr(p + 1, name))
+        if (p > g_hidden && p[-1] == ',' && p[n] == ',')
+            return 1;
+    return 0;
+}
+
 /*
- * Prologue of every entry point: counts the call, then refuses it after teardown, in a
- * forked child or before cuInit (need_init), or by an injected fault. Returns 1 with the
- * global lock held when the call proceeds, else 0 with *early set and the lock released.
+ * Prologue of every entry point: counts the call, then refuses it when acting as a stub
+ * library, after teardown, in a forked child or before cuInit (need_init), or by an injected
+ * fault. Returns 1 with the global lock held when the call proceeds, else 0 with *early set
+ * and the lock released.
  */
 static int enter(int e, int need_init, CUresult *early)
 {
@@ -377,7 +412,11 @@ static int enter(int e, int need_init, CUresult *early)
     g_calls[e]++;
     g_calls_total++;
     tl_entry = g_entry_names[e];
-    if (g_torn_down) {
+    if (!g_env_read)
+        read_env();
+    if (g_stub) {
+        *early = CUDA_ERROR_STUB_LIBRARY; /* what the toolkit's stub libcuda returns */
+    } else if (g_torn_down) {
         g_calls_after_teardown++;
         if (g_strict) {
             fprintf(stderr, "fakecuda: %s called after driver teardown\n", g_entry_names[e]);
@@ -495,7 +534,8 @@ static struct fc_hdr *pool_container(const struct fc_pool *p, const void *ptr)
         uintptr_t base = (uintptr_t)p->slab[i];
         size_t n = i == p->nslabs - 1 ? p->used : p->slab_len[i];
         if (a >= base && a < base + n * p->size) {
-            struct fc_hdr *h = (struct fc_hdr *)(void *)(p->slab[i] + (a - base) / p->size * p->size);
+            size_t idx = (a - base) / p->size;
+            struct fc_hdr *h = (struct fc_hdr *)(void *)(p->slab[i] + idx * p->size);
             return h->magic == p->magic ? h : NULL;
         }
     }
@@ -575,6 +615,7 @@ static CUresult ctx_activate(struct fc_ctx *c)
     c->legacy.q = q;
     c->id = g_next_ctx_id++;
     c->sticky = CUDA_SUCCESS;
+    c->was_reset = 0;
     c->active = 1;
     return CUDA_SUCCESS;
 }
@@ -681,9 +722,7 @@ static CUresult ctx_teardown(struct fc_ctx *c)
     c->active = 0;
     c->dying = 0;
     c->sticky = CUDA_SUCCESS;
-    if (c->primary)
-        c->refcount = 0;
-    else
+    if (!c->primary)
         c->h.state = ST_DESTROYED;
     pthread_cond_broadcast(&g_cond);
     return CUDA_SUCCESS;
@@ -1092,8 +1131,13 @@ CUresult CUDAAPI cuInit(unsigned int Flags)
         return leave(CUDA_SUCCESS);
 
     const char *env = getenv("FAKECUDA_DEVICES");
-    long n = env && *env ? strtol(env, NULL, 10) : 1;
-    g_ndev = n < 1 ? 1 : n > FC_MAX_DEVICES ? FC_MAX_DEVICES : (int)n;
+    char *end = NULL;
+    long n = env && *env ? strtol(env, &end, 10) : 1;
+    if (env && *env && (*end || n < 0))
+        n = 1;
+    if (n == 0)
+        return leave(CUDA_ERROR_NO_DEVICE);
+    g_ndev = n > FC_MAX_DEVICES ? FC_MAX_DEVICES : (int)n;
     for (int i = 0; i < g_ndev; i++) {
         if (!g_primary[i]) {
             struct fc_ctx *c = pool_get(&g_ctx_pool);
@@ -1122,7 +1166,7 @@ CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
     ENTER(cuDriverGetVersion, 0);
     if (!driverVersion)
         return leave(CUDA_ERROR_INVALID_VALUE);
-    *driverVersion = FC_DRIVER_VERSION;
+    *driverVersion = g_driver_version;
     return leave(CUDA_SUCCESS);
 }
 
@@ -1290,18 +1334,20 @@ CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     return leave(CUDA_SUCCESS);
 }
 
-/* Releasing the last reference destroys the primary context, as the real driver does. */
+/* Releasing the last reference destroys the primary context, as the real driver does (the
+ * threads that have it current keep its pointer; cuCtxGetId on it is CONTEXT_IS_DESTROYED). */
 static CUresult primary_release(CUdevice dev)
 {
     ENTER(cuDevicePrimaryCtxRelease, 1);
     if (!dev_ok(dev))
         return leave(CUDA_ERROR_INVALID_DEVICE);
     struct fc_ctx *c = g_primary[dev];
-    if (!ctx_alive(c) || c->refcount == 0)
+    if (c->refcount == 0)
         return leave(CUDA_ERROR_INVALID_CONTEXT);
-    if (c->refcount == 1) {
+    if (c->refcount == 1 && ctx_alive(c)) {
         CUresult r = ctx_teardown(c);
-        return leave(r);
+        if (r != CUDA_SUCCESS)
+            return leave(r);
     }
     c->refcount--;
     return leave(CUDA_SUCCESS);
@@ -1310,16 +1356,18 @@ static CUresult primary_release(CUdevice dev)
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev); }
 CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev); }
 
-/* Destroys all the primary context's resources; the CUcontext pointer stays, its id dies. */
+/* Destroys all the primary context's resources; the CUcontext pointer stays, its id dies,
+ * the retain count stays (the next retain activates it again, with a new id). */
 static CUresult primary_reset(CUdevice dev)
 {
     ENTER(cuDevicePrimaryCtxReset, 1);
     if (!dev_ok(dev))
         return leave(CUDA_ERROR_INVALID_DEVICE);
     struct fc_ctx *c = g_primary[dev];
-    if (!ctx_alive(c))
-        return leave(CUDA_SUCCESS);
-    return leave(ctx_teardown(c));
+    CUresult r = ctx_alive(c) ? ctx_teardown(c) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        c->was_reset = 1;
+    return leave(r);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset(dev); }
@@ -1429,8 +1477,8 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
     if (!pctx)
         return leave(CUDA_ERROR_INVALID_VALUE);
     struct fc_ctx *c = tl_top();
-    if (c && c->primary && !ctx_alive(c))
-        *pctx = FC_CTX_DESTROYED_PTR;
+    if (c && c->primary && !ctx_alive(c) && c->was_reset)
+        *pctx = FC_CTX_DESTROYED_PTR; /* what the real driver returned after a reset */
     else
         *pctx = (CUcontext)c;
     return leave(CUDA_SUCCESS);
@@ -1512,7 +1560,7 @@ CUresult CUDAAPI cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPr
 {
     ENTER(cuCtxGetStreamPriorityRange, 1);
     struct fc_ctx *c;
-    CUresult r = need_ctx(&c);
+    CUresult r = need_healthy_ctx(&c);
     if (r == CUDA_SUCCESS) {
         if (leastPriority)
             *leastPriority = FC_PRIO_LEAST;
@@ -2129,7 +2177,9 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
     ENTER(cuMemFree, 1);
     struct fc_ctx *c;
-    struct fc_alloc *a = dptr ? find_alloc((uintptr_t)dptr, 0, &c) : NULL;
+    if (!dptr)
+        return leave(CUDA_SUCCESS); /* as the real driver */
+    struct fc_alloc *a = find_alloc((uintptr_t)dptr, 0, &c);
     if (!a || (uintptr_t)a->base != (uintptr_t)dptr)
         return leave(CUDA_ERROR_INVALID_VALUE);
     if (c->sticky)
@@ -2213,7 +2263,8 @@ CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size
 
 static CUresult memset_check(CUdeviceptr dst, size_t elem, size_t n)
 {
-    if (n > SIZE_MAX / elem || (elem == 4 && (dst & 3)) || !find_alloc((uintptr_t)dst, n * elem, NULL))
+    if (n > SIZE_MAX / elem || (elem == 4 && (dst & 3)) ||
+        !find_alloc((uintptr_t)dst, n * elem, NULL))
         return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
@@ -2534,7 +2585,7 @@ static CUresult proc_lookup(const char *symbol, void **pfn, int cudaVersion, cuu
     const struct fc_proc *best = NULL;
     int named = 0;
     for (size_t i = 0; i < sizeof g_procs / sizeof g_procs[0]; i++) {
-        if (strcmp(g_procs[i].name, symbol) != 0)
+        if (strcmp(g_procs[i].name, symbol) != 0 || hidden(symbol))
             continue;
         named = 1;
         if (g_procs[i].version <= cudaVersion && (!best || g_procs[i].version > best->version))

@@ -9,7 +9,8 @@
  * link). It reproduces what the real driver showed on an H200 (driver 580.159, CUDA 13.0):
  *  - stream handles are reused: a stream created right after a destroy gets the same pointer;
  *    event handles are not reused right away;
- *  - after cuDevicePrimaryCtxReset the CUcontext pointer stays the same and its id changes;
+ *  - after cuDevicePrimaryCtxReset (or the release of its last reference, which destroys it)
+ *    the primary CUcontext pointer stays the same and its id changes at the next retain;
  *    cuCtxGetId(NULL) on a thread whose current context was reset returns
  *    CUDA_ERROR_CONTEXT_IS_DESTROYED;
  *  - any call on a stream or event of a reset context, or on a destroyed handle, crashes the
@@ -25,7 +26,13 @@
  * cuStreamQuery/cuEventQuery finds their simulated duration elapsed. Kernels run as host
  * functions looked up by name in a table (builtins below, or fakecuda_register_kernel()).
  *
- * Environment: FAKECUDA_DEVICES (1..8, default 1).
+ * Environment, read at the first call (FAKECUDA_DEVICES at cuInit):
+ *   FAKECUDA_DEVICES=N            devices, 1..8 (default 1); 0: cuInit returns CUDA_ERROR_NO_DEVICE
+ *   FAKECUDA_STUB=1               act as the toolkit's stub libcuda: every entry point returns
+ *                                 CUDA_ERROR_STUB_LIBRARY
+ *   FAKECUDA_DRIVER_VERSION=N     what cuDriverGetVersion reports (default 13000)
+ *   FAKECUDA_HIDE=name[,name...]  cuGetProcAddress reports these base names as not found
+ *   FAKECUDA_TEARDOWN_AT_EXIT=1   see fakecuda_teardown()
  * The control functions below are exported by libfakecuda.so; tests reach them with dlsym()
  * on the driver library, so the same tests run against the real driver (where they are absent).
  */
@@ -48,12 +55,14 @@ int fakecuda_live_events(void);
 unsigned long fakecuda_calls(const char *entry);
 /** Total calls to any entry point. */
 unsigned long fakecuda_calls_total(void);
+/** Zeroes the per-entry and total counters and fakecuda_calls_after_teardown(). */
 void fakecuda_reset_counters(void);
 
 /**
  * Fault injection: after `skip` more calls to `entry` (base name, as above) succeed, the next
  * `count` calls (-1: all later calls) return `err` with no effect. One fault per entry point;
- * a new call replaces it. entry "*" matches every entry point.
+ * a new call replaces it. entry "*" matches every entry point. An unknown name is reported
+ * on stderr and ignored.
  */
 void fakecuda_fault(const char *entry, unsigned long skip, long count, CUresult err);
 void fakecuda_fault_clear(void);
@@ -71,7 +80,8 @@ unsigned long fakecuda_calls_after_teardown(void);
 
 /** Makes the context's state sticky-broken, as after an illegal address: every later call that
  *  touches that context (its streams, events, memory, launches; cuCtxSynchronize) returns err.
- *  The builtin kernel "trap" does the same to its context when it runs. */
+ *  ctx NULL: the calling thread's current context. The builtin kernel "trap" does the same
+ *  to its context when it runs; cuDevicePrimaryCtxReset clears it. */
 void fakecuda_poison_context(CUcontext ctx, CUresult err);
 
 /** Host implementation of a kernel: args[i] points at the i-th argument's bytes as copied at
