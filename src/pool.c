@@ -95,11 +95,28 @@ static struct cupool__slot *slot_get(struct cupool__tcache *tc, uint32_t index)
 
 static bool depot_put(struct cupool__class *cls, struct cupool__magazine *m);
 
+/* A slot's loaded magazine keeps its count in the slot (see struct cupool__slot). */
+static inline void slot_set_loaded(struct cupool__slot *s, struct cupool__magazine *m)
+{
+    s->loaded = m;
+    s->count = m ? m->count : 0;
+}
+
+static inline struct cupool__magazine *slot_take_loaded(struct cupool__slot *s)
+{
+    struct cupool__magazine *m = s->loaded;
+    if (m)
+        m->count = s->count;
+    s->loaded = NULL;
+    s->count = 0;
+    return m;
+}
+
 /* Moves a slot's magazines to its class's depot (or the global empty stack). No driver call. */
 static void slot_flush(struct cupool__class *cls, struct cupool__slot *s)
 {
-    struct cupool__magazine *mags[2] = {s->loaded, s->previous};
-    s->loaded = s->previous = NULL;
+    struct cupool__magazine *mags[2] = {slot_take_loaded(s), s->previous};
+    s->previous = NULL;
     for (int i = 0; i < 2; i++) {
         if (!mags[i])
             continue;
@@ -305,11 +322,11 @@ static CUresult drain_retired(struct cupool__class *cls, int64_t keep)
  * from the depot (or rescue one queued for destruction). Returns a record or NULL. */
 static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__slot *s)
 {
-    struct cupool__magazine *m = s->loaded, *p = s->previous;
+    struct cupool__magazine *p = s->previous;
     if (p && p->count) {
-        s->loaded = p;
-        s->previous = m;
-        return p->items[--p->count];
+        s->previous = slot_take_loaded(s);
+        slot_set_loaded(s, p);
+        return p->items[--s->count];
     }
     struct cupool__magazine *full = cupool__stack_pop(&cls->depot);
     if (full) {
@@ -321,9 +338,9 @@ static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__s
     }
     if (p)
         cupool__mag_put(p); /* empty here */
-    s->previous = m;
-    s->loaded = full;
-    return full->count ? full->items[--full->count] : NULL;
+    s->previous = slot_take_loaded(s);
+    slot_set_loaded(s, full);
+    return s->count ? full->items[--s->count] : NULL;
 }
 
 /* Runs `cls`'s creation with its context current, pushing it when another is current. */
@@ -584,8 +601,8 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
         struct cupool__slot *s = tc ? slot_of(tc, cls->index) : NULL;
         struct cupool__magazine *m = s ? s->loaded : NULL;
         struct cupool__handle *rec;
-        if (CUPOOL_LIKELY(m && m->count && cupool__state_now() == CUPOOL_ST_RUNNING)) {
-            rec = m->items[--m->count];
+        if (CUPOOL_LIKELY(m && s->count && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+            rec = m->items[--s->count];
         } else {
             CUresult r = acquire_slow(cls, ctx_current, &rec);
             if (r != CUDA_SUCCESS)
@@ -617,7 +634,6 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
  * fast path below saves no registers. */
 __attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__class *cls,
                                                                 struct cupool__slot *s,
-                                                                struct cupool__magazine *m,
                                                                 struct cupool__handle *rec,
                                                                 void **out)
 {
@@ -626,7 +642,7 @@ __attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__c
     if (cupool__drv.cuStreamIsCapturing(h, &cs) != CUDA_SUCCESS ||
         cs != CU_STREAM_CAPTURE_STATUS_NONE)
         return acquire_general(cls, true, out); /* pops it again and disposes of it */
-    m->count--;
+    s->count--;
     atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
     cupool__counter_inc(&s->acquires);
     *out = h;
@@ -644,18 +660,18 @@ __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool
     if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING)) {
         struct cupool__slot *s = slot_of(tc, cls->index);
         struct cupool__magazine *m = s ? s->loaded : NULL;
-        if (CUPOOL_LIKELY(m != NULL && m->count != 0)) {
-            struct cupool__handle *rec = m->items[m->count - 1];
+        if (CUPOOL_LIKELY(m != NULL && s->count != 0)) {
+            struct cupool__handle *rec = m->items[s->count - 1];
             uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
             if (CUPOOL_LIKELY(st == CUPOOL_H_IDLE)) {
-                m->count--;
+                s->count--;
                 atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
                 cupool__counter_inc(&s->acquires);
                 *out = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
                 return CUDA_SUCCESS;
             }
             if (st == CUPOOL_H_IDLE_UNCHECKED && ctx_current)
-                return acquire_unchecked_top(cls, s, m, rec, out);
+                return acquire_unchecked_top(cls, s, rec, out);
         }
     }
     return acquire_general(cls, ctx_current, out);
@@ -711,23 +727,22 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
 {
     struct cupool__tcache *tc = cupool__tcache_self();
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
-    struct cupool__magazine *m = s ? s->loaded : NULL;
     bool retired = false;
-    if (s && m && m->count == cupool__mag_capacity) {
+    if (s && s->loaded && s->count == cupool__mag_capacity) {
         struct cupool__magazine *p = s->previous;
         if (p && p->count == 0) {
-            s->loaded = p;
-            s->previous = m;
-            m = p;
+            s->previous = slot_take_loaded(s);
+            slot_set_loaded(s, p);
         } else {
             if (p)
                 retired = depot_put(cls, p);
-            s->previous = m;
-            m = s->loaded = cupool__mag_get();
+            s->previous = slot_take_loaded(s);
+            slot_set_loaded(s, cupool__mag_get());
         }
-    } else if (s && !m) {
-        m = s->loaded = cupool__mag_get();
+    } else if (s && !s->loaded) {
+        slot_set_loaded(s, cupool__mag_get());
     }
+    struct cupool__magazine *m = s ? s->loaded : NULL;
     if (!m) {
         /* No memory for a magazine: the handle cannot be pooled; destroy it now. */
         if (s)
@@ -735,7 +750,7 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
         return handle_destroy(cls, rec, class_ctx_alive(cls));
     }
     atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-    m->items[m->count++] = rec;
+    m->items[s->count++] = rec;
     cupool__counter_inc(&s->releases);
     if (retired)
         drain_retired(cls, 1); /* keep the newest magazine queued: a later miss may rescue it */
@@ -801,9 +816,9 @@ __attribute__((always_inline)) static inline CUresult release_handle(
                       (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
         struct cupool__slot *s = slot_of(tc, rec->index);
         struct cupool__magazine *m = s ? s->loaded : NULL;
-        if (CUPOOL_LIKELY(m != NULL && m->count < cupool__mag_capacity)) {
+        if (CUPOOL_LIKELY(m != NULL && s->count < cupool__mag_capacity)) {
             atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-            m->items[m->count++] = rec;
+            m->items[s->count++] = rec;
             cupool__counter_inc(&s->releases);
             return CUDA_SUCCESS;
         }

@@ -63,6 +63,9 @@ static inline uint32_t cupool__class_kind(const struct cupool__class *cls)
 /* A thread's share of one class: two magazines and its single-writer counters. */
 struct cupool__slot {
     struct cupool__magazine *loaded;
+    uint32_t count; /* the loaded magazine's count, authoritative while it is loaded (its own
+                       `count` is written back when it leaves): one dependent load less */
+    uint32_t reserved;
     struct cupool__magazine *previous;
     _Atomic uint64_t acquires;
     _Atomic uint64_t releases;

@@ -9,12 +9,22 @@
 /* The table is rebuilt, larger when needed, once live entries plus tombstones pass 3/4 of the
  * slots; the old table stays allocated (readers may be inside it) on a retired list. */
 #define TOMBSTONE CUPOOL_REG_TOMBSTONE
-#define current cupool__reg_current
-#define hash_ptr cupool__reg_hash
 typedef struct cupool__reg_table table_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-_Atomic(table_t *) cupool__reg_current;
+_Atomic uintptr_t cupool__reg_current;
+
+/* Under the mutex (or by the lock-free reader's rules): the current table. */
+static table_t *current_table(void)
+{
+    return (table_t *)(atomic_load_explicit(&cupool__reg_current, CUPOOL_RELAXED) &
+                       ~(uintptr_t)63);
+}
+
+static inline size_t hash_ptr(const table_t *t, const void *p)
+{
+    return cupool__reg_hash(p, t->bits);
+}
 static table_t *retired;
 static struct cupool__handle *free_records;
 
@@ -26,7 +36,7 @@ static size_t table_bytes(size_t nslots)
 static void place(table_t *t, struct cupool__handle *rec)
 {
     void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    size_t i = hash_ptr(h) & t->mask;
+    size_t i = hash_ptr(t, h) & t->mask;
     for (;; i = (i + 1) & t->mask) {
         struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
         if (!cur || cur == TOMBSTONE) {
@@ -42,7 +52,7 @@ static void place(table_t *t, struct cupool__handle *rec)
 /* Under the mutex: makes room for one more entry, rebuilding the table when needed. */
 static int reserve(void)
 {
-    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = current_table();
     if (t && (t->live + t->tombs + 1) * 4 <= (t->mask + 1) * 3)
         return 0;
     size_t need = t ? t->live + 1 : 1;
@@ -53,6 +63,8 @@ static int reserve(void)
     if (!fresh)
         return -1;
     fresh->mask = n - 1;
+    while (((size_t)1 << fresh->bits) < n)
+        fresh->bits++;
     if (t) {
         for (size_t i = 0; i <= t->mask; i++) {
             struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
@@ -62,7 +74,7 @@ static int reserve(void)
         t->retired_next = retired;
         retired = t;
     }
-    atomic_store_explicit(&current, fresh, CUPOOL_RELEASE);
+    atomic_store_explicit(&cupool__reg_current, (uintptr_t)fresh | fresh->bits, CUPOOL_RELEASE);
     return 0;
 }
 
@@ -86,10 +98,10 @@ static struct cupool__handle *record_new(void)
 /* Under the mutex: takes the record registered for `handle`, if any, out of the table. */
 static void evict_stale(const void *handle)
 {
-    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = current_table();
     if (!t)
         return;
-    for (size_t i = hash_ptr(handle) & t->mask;; i = (i + 1) & t->mask) {
+    for (size_t i = hash_ptr(t, handle) & t->mask;; i = (i + 1) & t->mask) {
         struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
         if (!cur)
             return;
@@ -116,7 +128,7 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
         rec->next_free = NULL;
         atomic_store_explicit(&rec->state, state, CUPOOL_RELAXED);
         atomic_store_explicit(&rec->handle, handle, CUPOOL_RELAXED);
-        place(atomic_load_explicit(&current, CUPOOL_RELAXED), rec);
+        place(current_table(), rec);
     }
     pthread_mutex_unlock(&reg_lock);
     return rec;
@@ -126,9 +138,9 @@ bool cupool__registry_remove(struct cupool__handle *rec)
 {
     pthread_mutex_lock(&reg_lock);
     bool live = atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_STALE;
-    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = current_table();
     void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    for (size_t i = hash_ptr(h) & t->mask; live; i = (i + 1) & t->mask) {
+    for (size_t i = hash_ptr(t, h) & t->mask; live; i = (i + 1) & t->mask) {
         struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
         if (!cur)
             break; /* not present: nothing to do */
@@ -150,7 +162,7 @@ bool cupool__registry_remove(struct cupool__handle *rec)
 size_t cupool__registry_count(void)
 {
     pthread_mutex_lock(&reg_lock);
-    table_t *t = atomic_load_explicit(&current, CUPOOL_RELAXED);
+    table_t *t = current_table();
     size_t n = t ? t->live : 0;
     pthread_mutex_unlock(&reg_lock);
     return n;

@@ -37,30 +37,35 @@ struct cupool__handle {
 
 /* The table, exposed so the hot path can inline lookups. Open addressing with linear
  * probing: a slot holds NULL (never used: ends a probe), the tombstone (removed: probe on) or
- * a record. */
+ * a record. The published word packs the table's address (64-byte aligned) with log2 of its
+ * slot count in the low 6 bits, so a lookup needs no load from the table header. */
 #define CUPOOL_REG_TOMBSTONE ((struct cupool__handle *)1)
 struct cupool__reg_table {
-    size_t mask;                          /* slots - 1, slots a power of two */
-    size_t live, tombs;                   /* under the registry mutex */
+    size_t mask;                            /* slots - 1, slots a power of two */
+    size_t live, tombs;                     /* under the registry mutex */
     struct cupool__reg_table *retired_next; /* older tables, kept for readers inside them */
-    _Atomic(struct cupool__handle *) slots[];
+    uint32_t bits;                          /* log2(slots) */
+    alignas(CUPOOL_CACHELINE) _Atomic(struct cupool__handle *) slots[];
 };
-extern _Atomic(struct cupool__reg_table *) cupool__reg_current;
+extern _Atomic uintptr_t cupool__reg_current; /* table address | bits */
 
-static inline size_t cupool__reg_hash(const void *p)
+/* Slot of `p` in a table of 2^bits slots: Fibonacci hashing keeps the product's high bits,
+ * which mix every bit of the address (its low bits are mere alignment). bits >= 6. */
+static inline size_t cupool__reg_hash(const void *p, uint32_t bits)
 {
-    /* Fibonacci hashing of the address; its low bits are alignment, the high bits mix well. */
-    uint64_t x = (uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15);
-    return (size_t)(x >> 20);
+    return (size_t)(((uint64_t)(uintptr_t)p * UINT64_C(0x9E3779B97F4A7C15)) >> (64 - bits));
 }
 
 /* Record of `handle`, or NULL if cupool does not hold it. Lock-free; any thread. */
 static inline struct cupool__handle *cupool__registry_lookup(const void *handle)
 {
-    struct cupool__reg_table *t = atomic_load_explicit(&cupool__reg_current, CUPOOL_ACQUIRE);
+    uintptr_t word = atomic_load_explicit(&cupool__reg_current, CUPOOL_ACQUIRE);
+    struct cupool__reg_table *t = (struct cupool__reg_table *)(word & ~(uintptr_t)63);
+    uint32_t bits = (uint32_t)(word & 63);
     if (CUPOOL_UNLIKELY(!t || !handle))
         return NULL;
-    for (size_t i = cupool__reg_hash(handle) & t->mask;; i = (i + 1) & t->mask) {
+    size_t mask = ((size_t)1 << bits) - 1;
+    for (size_t i = cupool__reg_hash(handle, bits);; i = (i + 1) & mask) {
         struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_ACQUIRE);
         if (CUPOOL_LIKELY(rec != NULL && rec != CUPOOL_REG_TOMBSTONE &&
                           atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == handle))
