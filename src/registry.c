@@ -6,58 +6,77 @@
 
 #include <pthread.h>
 
-/* The table is rebuilt, larger when needed, once live entries plus tombstones pass 3/4 of the
- * slots; the old table stays allocated (readers may be inside it) on a retired list. */
+/* Writers hold the mutex. The table is rebuilt once live entries plus tombstones pass half
+ * of the slots (short probes keep lookups in one or two cache lines), at twice the live count
+ * or more; the old table stays allocated (readers may still be inside it) on a retired list.
+ * Writers publish a slot's record before its key (release), readers load the key first
+ * (acquire), so a reader that sees a key sees its record. */
 #define TOMBSTONE CUPOOL_REG_TOMBSTONE
 typedef struct cupool__reg_table table_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uintptr_t cupool__reg_current;
+static table_t *retired;
+static struct cupool__handle *free_records;
 
-/* Under the mutex (or by the lock-free reader's rules): the current table. */
 static table_t *current_table(void)
 {
     return (table_t *)(atomic_load_explicit(&cupool__reg_current, CUPOOL_RELAXED) &
                        ~(uintptr_t)63);
 }
 
-static inline size_t hash_ptr(const table_t *t, const void *p)
-{
-    return cupool__reg_hash(p, t->bits);
-}
-static table_t *retired;
-static struct cupool__handle *free_records;
-
 static size_t table_bytes(size_t nslots)
 {
-    return sizeof(table_t) + nslots * sizeof(struct cupool__handle *);
+    return sizeof(table_t) + nslots * sizeof(struct cupool__reg_slot);
 }
 
 static void place(table_t *t, struct cupool__handle *rec)
 {
-    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    size_t i = hash_ptr(t, h) & t->mask;
-    for (;; i = (i + 1) & t->mask) {
-        struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
-        if (!cur || cur == TOMBSTONE) {
-            if (cur == TOMBSTONE)
+    const void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    for (size_t i = cupool__reg_hash(h, t->bits);; i = (i + 1) & t->mask) {
+        const void *key = atomic_load_explicit(&t->slots[i].key, CUPOOL_RELAXED);
+        if (!key || key == TOMBSTONE) {
+            if (key == TOMBSTONE)
                 t->tombs--;
-            atomic_store_explicit(&t->slots[i], rec, CUPOOL_RELEASE);
+            atomic_store_explicit(&t->slots[i].rec, rec, CUPOOL_RELEASE);
+            atomic_store_explicit(&t->slots[i].key, h, CUPOOL_RELEASE);
             t->live++;
             return;
         }
     }
 }
 
-/* Under the mutex: makes room for one more entry, rebuilding the table when needed. */
+/* The slot holding `h`, or NULL. */
+static struct cupool__reg_slot *find(table_t *t, const void *h)
+{
+    if (!t)
+        return NULL;
+    for (size_t i = cupool__reg_hash(h, t->bits);; i = (i + 1) & t->mask) {
+        const void *key = atomic_load_explicit(&t->slots[i].key, CUPOOL_RELAXED);
+        if (key == h)
+            return &t->slots[i];
+        if (!key)
+            return NULL;
+    }
+}
+
+static void erase(table_t *t, struct cupool__reg_slot *slot)
+{
+    atomic_store_explicit(&slot->key, TOMBSTONE, CUPOOL_RELEASE);
+    atomic_store_explicit(&slot->rec, NULL, CUPOOL_RELEASE);
+    t->live--;
+    t->tombs++;
+}
+
+/* Makes room for one more entry, rebuilding the table when needed. */
 static int reserve(void)
 {
     table_t *t = current_table();
-    if (t && (t->live + t->tombs + 1) * 4 <= (t->mask + 1) * 3)
+    if (t && (t->live + t->tombs + 1) * 2 <= t->mask + 1)
         return 0;
     size_t need = t ? t->live + 1 : 1;
     size_t n = 64;
-    while (n < need * 2)
+    while (n < need * 4)
         n *= 2;
     table_t *fresh = cupool__alloc(table_bytes(n));
     if (!fresh)
@@ -67,9 +86,9 @@ static int reserve(void)
         fresh->bits++;
     if (t) {
         for (size_t i = 0; i <= t->mask; i++) {
-            struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
-            if (rec && rec != TOMBSTONE)
-                place(fresh, rec);
+            const void *key = atomic_load_explicit(&t->slots[i].key, CUPOOL_RELAXED);
+            if (key && key != TOMBSTONE)
+                place(fresh, atomic_load_explicit(&t->slots[i].rec, CUPOOL_RELAXED));
         }
         t->retired_next = retired;
         retired = t;
@@ -95,31 +114,18 @@ static struct cupool__handle *record_new(void)
     return rec;
 }
 
-/* Under the mutex: takes the record registered for `handle`, if any, out of the table. */
-static void evict_stale(const void *handle)
-{
-    table_t *t = current_table();
-    if (!t)
-        return;
-    for (size_t i = hash_ptr(t, handle) & t->mask;; i = (i + 1) & t->mask) {
-        struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
-        if (!cur)
-            return;
-        if (cur != TOMBSTONE && atomic_load_explicit(&cur->handle, CUPOOL_RELAXED) == handle) {
-            atomic_store_explicit(&cur->state, CUPOOL_H_STALE, CUPOOL_RELAXED);
-            atomic_store_explicit(&t->slots[i], TOMBSTONE, CUPOOL_RELEASE);
-            t->live--;
-            t->tombs++;
-            return;
-        }
-    }
-}
-
 struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__class *cls,
                                                uint32_t state)
 {
     pthread_mutex_lock(&reg_lock);
-    evict_stale(handle);
+    /* A record still registered under this value lost its handle behind cupool's back. */
+    table_t *t = current_table();
+    struct cupool__reg_slot *old = find(t, handle);
+    if (old) {
+        struct cupool__handle *stale = atomic_load_explicit(&old->rec, CUPOOL_RELAXED);
+        atomic_store_explicit(&stale->state, CUPOOL_H_STALE, CUPOOL_RELAXED);
+        erase(t, old);
+    }
     struct cupool__handle *rec = NULL;
     if (reserve() == 0 && (rec = record_new()) != NULL) {
         atomic_store_explicit(&rec->cls, cls, CUPOOL_RELAXED);
@@ -138,18 +144,11 @@ bool cupool__registry_remove(struct cupool__handle *rec)
 {
     pthread_mutex_lock(&reg_lock);
     bool live = atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_STALE;
-    table_t *t = current_table();
-    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    for (size_t i = hash_ptr(t, h) & t->mask; live; i = (i + 1) & t->mask) {
-        struct cupool__handle *cur = atomic_load_explicit(&t->slots[i], CUPOOL_RELAXED);
-        if (!cur)
-            break; /* not present: nothing to do */
-        if (cur == rec) {
-            atomic_store_explicit(&t->slots[i], TOMBSTONE, CUPOOL_RELEASE);
-            t->live--;
-            t->tombs++;
-            break;
-        }
+    if (live) {
+        table_t *t = current_table();
+        struct cupool__reg_slot *slot = find(t, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED));
+        if (slot && atomic_load_explicit(&slot->rec, CUPOOL_RELAXED) == rec)
+            erase(t, slot);
     }
     atomic_store_explicit(&rec->state, CUPOOL_H_FREE, CUPOOL_RELAXED);
     atomic_store_explicit(&rec->handle, NULL, CUPOOL_RELAXED);

@@ -36,16 +36,24 @@ struct cupool__handle {
 };
 
 /* The table, exposed so the hot path can inline lookups. Open addressing with linear
- * probing: a slot holds NULL (never used: ends a probe), the tombstone (removed: probe on) or
- * a record. The published word packs the table's address (64-byte aligned) with log2 of its
- * slot count in the low 6 bits, so a lookup needs no load from the table header. */
-#define CUPOOL_REG_TOMBSTONE ((struct cupool__handle *)1)
+ * probing over (key, record) pairs: the key is the handle value itself, so a probe compares
+ * keys in the table and dereferences only the record it is looking for. (Reading records
+ * while probing made each lookup touch other threads' records, whose cache lines their owners
+ * keep writing; at 16 threads that cost more than the rest of the pair.) A key is NULL (never
+ * used: ends a probe), CUPOOL_REG_TOMBSTONE (removed: probe on) or a handle. The published
+ * word packs the table's address (64-byte aligned) with log2 of its slot count in the low 6
+ * bits, so a lookup reads no table header. */
+#define CUPOOL_REG_TOMBSTONE ((const void *)1)
+struct cupool__reg_slot {
+    _Atomic(const void *) key;
+    _Atomic(struct cupool__handle *) rec;
+};
 struct cupool__reg_table {
     size_t mask;                            /* slots - 1, slots a power of two */
     size_t live, tombs;                     /* under the registry mutex */
     struct cupool__reg_table *retired_next; /* older tables, kept for readers inside them */
     uint32_t bits;                          /* log2(slots) */
-    alignas(CUPOOL_CACHELINE) _Atomic(struct cupool__handle *) slots[];
+    alignas(CUPOOL_CACHELINE) struct cupool__reg_slot slots[];
 };
 extern _Atomic uintptr_t cupool__reg_current; /* table address | bits */
 
@@ -62,15 +70,19 @@ static inline struct cupool__handle *cupool__registry_lookup(const void *handle)
     uintptr_t word = atomic_load_explicit(&cupool__reg_current, CUPOOL_ACQUIRE);
     struct cupool__reg_table *t = (struct cupool__reg_table *)(word & ~(uintptr_t)63);
     uint32_t bits = (uint32_t)(word & 63);
-    if (CUPOOL_UNLIKELY(!t || !handle))
+    if (CUPOOL_UNLIKELY(!t || !handle || handle == CUPOOL_REG_TOMBSTONE))
         return NULL;
     size_t mask = ((size_t)1 << bits) - 1;
     for (size_t i = cupool__reg_hash(handle, bits);; i = (i + 1) & mask) {
-        struct cupool__handle *rec = atomic_load_explicit(&t->slots[i], CUPOOL_ACQUIRE);
-        if (CUPOOL_LIKELY(rec != NULL && rec != CUPOOL_REG_TOMBSTONE &&
-                          atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == handle))
-            return rec;
-        if (!rec)
+        const void *key = atomic_load_explicit(&t->slots[i].key, CUPOOL_ACQUIRE);
+        if (CUPOOL_LIKELY(key == handle)) {
+            struct cupool__handle *rec = atomic_load_explicit(&t->slots[i].rec, CUPOOL_ACQUIRE);
+            /* a removal may race with this read: trust the record only if it agrees */
+            if (CUPOOL_LIKELY(rec != NULL &&
+                              atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == handle))
+                return rec;
+        }
+        if (!key)
             return NULL;
     }
 }
