@@ -45,7 +45,7 @@ static struct cupool__magazine *mag_new(void)
             cupool__free(fresh, CHUNK_SIZE * sizeof(*fresh));
     }
     struct cupool__magazine *m =
-        cupool__alloc(sizeof(*m) + (size_t)cupool__mag_capacity * sizeof(void *));
+        cupool__alloc(sizeof(*m) + (size_t)cupool__mag_capacity * sizeof(m->items[0]));
     if (!m)
         return NULL; /* the id is burnt; harmless */
     m->id = id;

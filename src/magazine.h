@@ -21,12 +21,21 @@
 #define CUPOOL_MAGAZINE_H
 #include "internal.h"
 
+struct cupool__handle;
+
+/* A pooled handle: its record, and its value again so a pop hands it out without waiting for
+ * a load from the record. */
+struct cupool__mag_item {
+    struct cupool__handle *rec;
+    void *handle;
+};
+
 struct cupool__magazine {
     uint32_t id;             /* 1-based, stable: index into the magazine table */
     uint32_t count;          /* items held (0 .. cupool__mag_capacity) */
     _Atomic uint32_t next;   /* id of the next magazine in a stack, 0 = end */
     uint32_t reserved;
-    void *items[];           /* cupool__mag_capacity slots */
+    struct cupool__mag_item items[]; /* cupool__mag_capacity slots */
 };
 
 struct cupool__mag_stack {

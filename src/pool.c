@@ -272,7 +272,7 @@ static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine
     bool alive = class_ctx_alive(cls);
     CUresult first = CUDA_SUCCESS;
     for (uint32_t i = 0; i < n && m->count; i++) {
-        CUresult r = handle_destroy(cls, m->items[--m->count], alive);
+        CUresult r = handle_destroy(cls, m->items[--m->count].rec, alive);
         if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
             first = r;
     }
@@ -326,7 +326,7 @@ static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__s
     if (p && p->count) {
         s->previous = slot_take_loaded(s);
         slot_set_loaded(s, p);
-        return p->items[--s->count];
+        return p->items[--s->count].rec;
     }
     struct cupool__magazine *full = cupool__stack_pop(&cls->depot);
     if (full) {
@@ -340,7 +340,7 @@ static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__s
         cupool__mag_put(p); /* empty here */
     s->previous = slot_take_loaded(s);
     slot_set_loaded(s, full);
-    return s->count ? full->items[--s->count] : NULL;
+    return s->count ? full->items[--s->count].rec : NULL;
 }
 
 /* Runs `cls`'s creation with its context current, pushing it when another is current. */
@@ -409,7 +409,8 @@ static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
                         cupool_error_string());
             break;
         }
-        m->items[m->count++] = rec;
+        m->items[m->count++] =
+            (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
         if (m->count == cupool__mag_capacity) {
             depot_put(cls, m);
             m = NULL;
@@ -602,7 +603,7 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
         struct cupool__magazine *m = s ? s->loaded : NULL;
         struct cupool__handle *rec;
         if (CUPOOL_LIKELY(m && s->count && cupool__state_now() == CUPOOL_ST_RUNNING)) {
-            rec = m->items[--s->count];
+            rec = m->items[--s->count].rec;
         } else {
             CUresult r = acquire_slow(cls, ctx_current, &rec);
             if (r != CUDA_SUCCESS)
@@ -653,21 +654,22 @@ __attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__c
  * The acquire fast path: the top of the thread's loaded magazine, when it is a clean idle
  * handle. Inlined into each public acquire, so a hit is straight-line code with no call.
  */
-__attribute__((always_inline)) static inline CUresult acquire_from(struct cupool__class *cls,
-                                                                   bool ctx_current, void **out)
+__attribute__((always_inline)) static inline CUresult
+acquire_from_slot(struct cupool__class *cls, uint32_t index, bool ctx_current, void **out)
 {
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING)) {
-        struct cupool__slot *s = slot_of(tc, cls->index);
+        struct cupool__slot *s = slot_of(tc, index);
         struct cupool__magazine *m = s ? s->loaded : NULL;
         if (CUPOOL_LIKELY(m != NULL && s->count != 0)) {
-            struct cupool__handle *rec = m->items[s->count - 1];
+            struct cupool__mag_item it = m->items[s->count - 1];
+            struct cupool__handle *rec = it.rec;
             uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
             if (CUPOOL_LIKELY(st == CUPOOL_H_IDLE)) {
                 s->count--;
                 atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
                 cupool__counter_inc(&s->acquires);
-                *out = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+                *out = it.handle;
                 return CUDA_SUCCESS;
             }
             if (st == CUPOOL_H_IDLE_UNCHECKED && ctx_current)
@@ -675,6 +677,12 @@ __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool
         }
     }
     return acquire_general(cls, ctx_current, out);
+}
+
+__attribute__((always_inline)) static inline CUresult acquire_from(struct cupool__class *cls,
+                                                                   bool ctx_current, void **out)
+{
+    return acquire_from_slot(cls, cls->index, ctx_current, out);
 }
 
 /* Why a release was refused; or, for a handle of a context that is gone, its quiet end. */
@@ -750,7 +758,8 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
         return handle_destroy(cls, rec, class_ctx_alive(cls));
     }
     atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-    m->items[s->count++] = rec;
+    m->items[s->count++] =
+        (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
     cupool__counter_inc(&s->releases);
     if (retired)
         drain_retired(cls, 1); /* keep the newest magazine queued: a later miss may rescue it */
@@ -814,11 +823,12 @@ __attribute__((always_inline)) static inline CUresult release_handle(
                       rec->kind == (uint32_t)ops->kind &&
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
                       (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
-        struct cupool__slot *s = slot_of(tc, rec->index);
+        /* an explicit pool names its class: its slot is found without waiting for the record */
+        struct cupool__slot *s = slot_of(tc, expect ? expect->index : rec->index);
         struct cupool__magazine *m = s ? s->loaded : NULL;
         if (CUPOOL_LIKELY(m != NULL && s->count < cupool__mag_capacity)) {
             atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-            m->items[s->count++] = rec;
+            m->items[s->count++] = (struct cupool__mag_item){rec, h};
             cupool__counter_inc(&s->releases);
             return CUDA_SUCCESS;
         }
@@ -847,23 +857,23 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
     }
     uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
     struct cupool__tcache *tc = cupool__tl;
-    struct cupool__cc_entry *e = NULL;
-    struct cupool__class *cls = NULL;
     if (CUPOOL_LIKELY(tc != NULL)) {
-        e = &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+        struct cupool__cc_entry *e =
+            &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
         if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key))
-            cls = e->cls;
+            return acquire_from_slot(e->cls, e->index, true, out);
     }
-    if (CUPOOL_UNLIKELY(!cls)) {
-        r = class_get(ops, NULL, id, flags, priority, &cls);
-        if (r != CUDA_SUCCESS)
-            return r;
-        if ((tc = cupool__tcache_self()) != NULL) {
-            e = &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
-            e->ctx_id = id;
-            e->key = key;
-            e->cls = cls;
-        }
+    struct cupool__class *cls = NULL;
+    r = class_get(ops, NULL, id, flags, priority, &cls);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if ((tc = cupool__tcache_self()) != NULL) {
+        struct cupool__cc_entry *e =
+            &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+        e->ctx_id = id;
+        e->key = key;
+        e->cls = cls;
+        e->index = cls->index;
     }
     return acquire_from(cls, true, out);
 }

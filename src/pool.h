@@ -81,6 +81,7 @@ struct cupool__cc_entry {
     unsigned long long ctx_id;
     uint64_t key; /* flags << 32 | (uint32_t)requested priority */
     struct cupool__class *cls;
+    uint32_t index; /* cls->index, one load less on the fast path */
 };
 
 /* Per-thread state. Type-stable: kept on a global list and reused by later threads, so the
