@@ -124,7 +124,9 @@ CUPOOL_API CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, 
  * stream capture is dropped when an acquire next meets it, never handed out.
  *
  * Returns CUDA_SUCCESS, or CUDA_ERROR_INVALID_HANDLE: the stream was not handed out by
- * cupool, was already released, or is an event. Nothing changes on error.
+ * cupool, was already released, or is an event. Nothing changes on error. As every call: the
+ * init error if the driver never loaded, CUDA_ERROR_NOT_PERMITTED in a forked child; after
+ * exit began or the driver was torn down, CUDA_SUCCESS without any work.
  * Releasing the same stream from two threads at the same instant is a race in the caller
  * (as with free()); it is detected only when the two releases are ordered.
  */
@@ -165,8 +167,9 @@ typedef struct cupool_event_pool_st *cupool_event_pool_t;
  * flags and (clamped) priority. Calling it again with equal arguments returns the same pool;
  * pools need no destruction. Prewarms CUPOOL_STREAM_PREWARM streams the first time a class is
  * seen. Returns CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE (pool NULL, unknown flags),
- * CUDA_ERROR_INVALID_CONTEXT (ctx NULL and no current context), a driver error, or an init
- * error.
+ * CUDA_ERROR_INVALID_CONTEXT (ctx NULL and no current context), a driver error (e.g.
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed ctx), an init error, or
+ * CUDA_ERROR_DEINITIALIZED / CUDA_ERROR_NOT_PERMITTED in those lifecycle states.
  */
 CUPOOL_API CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext ctx,
                                            unsigned int flags, int priority);
@@ -214,7 +217,9 @@ CUPOOL_API CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent 
  * the depot above each class's low-water mark (CUPOOL_STREAM_PREWARM / CUPOOL_EVENT_PREWARM).
  * Handles cached by other threads (at most 2 x CUPOOL_MAGAZINE_SIZE per thread and class) are
  * not touched. Handles of a context that no longer exists are forgotten without a driver call.
- * Returns CUDA_SUCCESS or the first destroy error (the rest are still attempted).
+ * Returns CUDA_SUCCESS or the first destroy error (the rest are still attempted); an init
+ * error; CUDA_ERROR_DEINITIALIZED after exit began or the driver was torn down (nothing is
+ * destroyed then); CUDA_ERROR_NOT_PERMITTED in a forked child.
  * Thread-safe; may run concurrently with acquires and releases.
  */
 CUPOOL_API CUresult cupool_trim(void);
