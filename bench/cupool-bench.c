@@ -439,8 +439,11 @@ int main(int argc, char **argv)
             printf("%7s", "threads");
             for (int m = 0; m < nmethods; m++)
                 printf(" %*s", calls ? 20 : 13, names[m]);
-            for (int m = 1; !calls && m < nmethods; m++)
-                printf(" %9s", "x");
+            for (int m = 1; !calls && m < nmethods; m++) {
+                char head[24];
+                snprintf(head, sizeof(head), "%s x", names[m]);
+                printf(" %15s", head);
+            }
             printf("\n");
         }
         for (int ti = 0; ti < nthreads; ti++) {
@@ -466,8 +469,10 @@ int main(int argc, char **argv)
                 printf("%7d", threads[ti]);
                 for (int m = 0; m < nmethods; m++)
                     printf(" %*.1f", calls ? 20 : 13, med[ti][m]);
-                for (int m = 1; !calls && m < nmethods; m++)
-                    printf(" %8.0fx", med[ti][M_DRIVER] / med[ti][m]);
+                for (int m = 1; !calls && m < nmethods; m++) {
+                    double x = med[ti][M_DRIVER] / med[ti][m];
+                    printf(" %14.*fx", x < 10 ? 2 : 0, x);
+                }
                 printf("\n");
                 fflush(stdout);
             }
@@ -479,7 +484,7 @@ int main(int argc, char **argv)
                 printf(" %s %.2f%s", names[m], med[nthreads - 1][m] / med[0][m],
                        m + 1 < nmethods ? "," : "\n");
             if (!calls)
-                printf("(x = speedup over the driver)\n");
+                printf("(\"cupool x\" etc.: speedup over the driver at the same thread count)\n");
         }
     }
     if (json)

@@ -63,8 +63,8 @@ CUresult cupool__driver_load(const char *path, char *msg, size_t msglen)
     *(void **)&cupool__drv.get_proc = dlsym(h, "cuGetProcAddress_v2");
     if (!cupool__drv.get_proc) {
         snprintf(msg, msglen,
-                 "%s has no cuGetProcAddress_v2: the driver is older than CUDA 12.0 (R525), "
-                 "which cupool needs",
+                 "%s has no cuGetProcAddress_v2: it is not a CUDA driver, or one older than "
+                 "CUDA 12.0 (R525), which cupool needs",
                  cupool__drv.path);
         dlclose(h);
         return CUDA_ERROR_NOT_SUPPORTED;

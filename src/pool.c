@@ -686,6 +686,13 @@ __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool
 }
 
 /* Why a release was refused; or, for a handle of a context that is gone, its quiet end. */
+/* A refused release is a bug in the caller: say so at warning level (CUPOOL_LOG). */
+static CUresult refused(CUresult r)
+{
+    cupool__log(CUPOOL_LOG_WARN, "release refused: %s", cupool_error_string());
+    return r;
+}
+
 static CUresult release_refused(const struct cupool__class_ops *ops,
                                 const struct cupool__class *expect, void *h,
                                 struct cupool__handle *rec)
@@ -693,20 +700,21 @@ static CUresult release_refused(const struct cupool__class_ops *ops,
     if (!h)
         return cupool__fail(CUDA_ERROR_INVALID_HANDLE, "NULL %s", ops->name);
     if (!rec)
-        return cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+        return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
                             "%s %p was not handed out by cupool (or was already destroyed)",
-                            ops->name, h);
+                            ops->name, h));
     struct cupool__class *cls = atomic_load_explicit(&rec->cls, CUPOOL_RELAXED);
     if (cls->ops != ops)
-        return cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%p is not a %s (it is a pooled %s)", h,
-                            ops->name, cls->ops->name);
+        return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                                    "%p is not a %s (it is a pooled %s)", h, ops->name,
+                                    cls->ops->name));
     if (expect && cls != expect)
-        return cupool__fail(CUDA_ERROR_INVALID_HANDLE,
-                            "%s %p belongs to another pool (context %llu, flags 0x%x)", ops->name,
-                            h, cls->ctx_id, cls->flags);
+        return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                                    "%s %p belongs to another pool (context %llu, flags 0x%x)",
+                                    ops->name, h, cls->ctx_id, cls->flags));
     if (atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_OWNED)
-        return cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%s %p was already released", ops->name,
-                            h);
+        return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%s %p was already released",
+                                    ops->name, h));
     /* Owned, but its context is gone: forget it without touching the driver. */
     handle_forget(cls, rec);
     struct cupool__tcache *tc = cupool__tcache_self();

@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+#define _GNU_SOURCE
+/* Linked with libcupool.a and nothing else of cupool's (no -ljemalloc): the static archive
+ * takes its metadata from libc, so this must link, run, and pool a stream. */
+#include <cupool.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    CUresult (*get)(CUdevice *, int), (*retain)(CUcontext *, CUdevice), (*set)(CUcontext);
+    CUdevice dev;
+    CUcontext ctx;
+    CUstream s, t;
+    if (cupool_init() != CUDA_SUCCESS ||
+        cupool_driver_get_proc("cuDeviceGet", 2000, (void **)&get) != CUDA_SUCCESS ||
+        cupool_driver_get_proc("cuDevicePrimaryCtxRetain", 7000, (void **)&retain) != CUDA_SUCCESS ||
+        cupool_driver_get_proc("cuCtxSetCurrent", 4000, (void **)&set) != CUDA_SUCCESS ||
+        get(&dev, 0) || retain(&ctx, dev) || set(ctx) ||
+        cupool_stream_acquire(&s, 0, 0) || cupool_stream_release(s) ||
+        cupool_stream_acquire(&t, 0, 0) || t != s || cupool_stream_release(t)) {
+        fprintf(stderr, "static_link: %s\n", cupool_error_string());
+        return 1;
+    }
+    char buf[512] = "";
+    FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+    cupool_stats_print(f);
+    fclose(f);
+    if (!strstr(buf, "metadata from libc")) {
+        fprintf(stderr, "static_link: expected libc metadata: %s\n", buf);
+        return 1;
+    }
+    printf("static archive: pooled stream reused, metadata from libc\n");
+    return 0;
+}
