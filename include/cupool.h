@@ -117,9 +117,11 @@ CUPOOL_API CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, 
 
 /**
  * Gives back a stream obtained from cupool_stream_acquire() or cupool_stream_pool_acquire().
- * Any thread may release it. No driver call: the stream goes into the calling thread's
- * magazine, and idle streams above CUPOOL_STREAM_IDLE_MAX are destroyed later, in batches,
- * off this path. Releasing a stream whose context has since been reset or destroyed is
+ * Any thread may release it. No driver call on its fast path: the stream goes into the calling
+ * thread's magazine. Once per CUPOOL_MAGAZINE_SIZE releases at most, a release exchanges a
+ * full magazine with the shared depot; if that finds the depot above CUPOOL_STREAM_IDLE_MAX,
+ * it destroys one magazine's worth of queued idle streams (one cuCtxGetId check, then one
+ * cuStreamDestroy each) before returning. Releasing a stream whose context has since been reset or destroyed is
  * harmless (it is forgotten, never passed to the driver again). A stream released while in
  * stream capture is dropped when an acquire next meets it, never handed out.
  *
@@ -148,8 +150,9 @@ CUPOOL_API CUresult cupool_event_acquire(CUevent *event, unsigned int flags);
 
 /**
  * Gives back an event obtained from cupool_event_acquire() or cupool_event_pool_acquire().
- * No driver call. Returns CUDA_SUCCESS, or CUDA_ERROR_INVALID_HANDLE (not handed out by
- * cupool, already released, or a stream); nothing changes on error.
+ * No driver call on its fast path; over CUPOOL_EVENT_IDLE_MAX, as cupool_stream_release().
+ * Returns CUDA_SUCCESS, or CUDA_ERROR_INVALID_HANDLE (not handed out by cupool, already
+ * released, or a stream); nothing changes on error.
  */
 CUPOOL_API CUresult cupool_event_release(CUevent event);
 
@@ -217,7 +220,9 @@ CUPOOL_API CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent 
  * the depot above each class's low-water mark (CUPOOL_STREAM_PREWARM / CUPOOL_EVENT_PREWARM).
  * Handles cached by other threads (at most 2 x CUPOOL_MAGAZINE_SIZE per thread and class) are
  * not touched. Handles of a context that no longer exists are forgotten without a driver call.
- * Returns CUDA_SUCCESS or the first destroy error (the rest are still attempted); an init
+ * Returns CUDA_SUCCESS or the first error: a failed destroy keeps that handle (and the rest of
+ * its magazine) pooled for a later trim; a transient failure of the context check destroys
+ * nothing. Also an init
  * error; CUDA_ERROR_DEINITIALIZED after exit began or the driver was torn down (nothing is
  * destroyed then); CUDA_ERROR_NOT_PERMITTED in a forked child.
  * Thread-safe; may run concurrently with acquires and releases.

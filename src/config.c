@@ -225,6 +225,20 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
         return;
     }
     (*problems)++;
+    /* the message says the default is used: make it so, even if an earlier entry of the same
+     * name had set a value */
+    struct cupool__config defaults;
+    set_defaults(&defaults);
+    if (v->type == VAR_STATS) {
+        cfg->stats_mode = defaults.stats_mode;
+        cfg->stats_path[0] = '\0';
+    } else {
+        size_t size = v->type == VAR_UINT ? sizeof(uint32_t)
+                    : v->type == VAR_BOOL ? sizeof(bool)
+                    : v->type == VAR_PATH ? (size_t)CUPOOL_PATH_MAX
+                                          : sizeof(int);
+        memcpy(field, (char *)&defaults + v->offset, size);
+    }
 }
 
 static size_t edit_distance(const char *a, const char *b)

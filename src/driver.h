@@ -14,6 +14,7 @@
     X(cuInit, 2000, CUresult, (unsigned int flags))                                         \
     X(cuDriverGetVersion, 2020, CUresult, (int *version))                                   \
     X(cuCtxGetCurrent, 4000, CUresult, (CUcontext * ctx))                                   \
+    X(cuCtxSetCurrent, 4000, CUresult, (CUcontext ctx))                                     \
     X(cuCtxPushCurrent, 4000, CUresult, (CUcontext ctx))                                    \
     X(cuCtxPopCurrent, 4000, CUresult, (CUcontext * ctx))                                   \
     X(cuCtxGetId, 12000, CUresult, (CUcontext ctx, unsigned long long *id))                 \

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Initialisation, exit and fork. The atexit and pthread_atfork handlers are registered at the
- * first initialisation, so they run before the exit handlers of anything initialised later
- * (the CUDA runtime's teardown among them when cupool was used first). At exit cupool stops
+ * first initialisation, the atexit one right after cuInit, so it runs before the exit
+ * handlers of the driver and of anything initialised later (the CUDA runtime's teardown among
+ * them when cupool was used first). At exit cupool stops
  * calling the driver and leaks what it holds: a driver being torn down can crash or hang on a
  * destroy, and the process is about to release everything anyway.
  */
@@ -64,6 +65,14 @@ static void at_exit(void)
     print_stats_at_exit();
 }
 
+/* dlclose() of the library (and the end of the process): nothing of cupool may run later. */
+__attribute__((destructor)) static void at_unload(void)
+{
+    if (cupool__state_now() != CUPOOL_ST_UNINIT)
+        atomic_store(&cupool__state, CUPOOL_ST_EXITING);
+    cupool__pool_unload();
+}
+
 static void at_fork_child(void)
 {
     /* The child shares no usable CUDA state with its parent (the driver refuses every call
@@ -75,9 +84,11 @@ static void init_once_fn(void)
 {
     cupool__config_load();
     cupool__pool_init();
-    atexit(at_exit);
     pthread_atfork(NULL, NULL, at_fork_child);
     init_result = cupool__driver_load(cupool__cfg.driver_path, init_message, sizeof(init_message));
+    /* After cuInit: exit handlers run last-registered first, so cupool's runs before any the
+     * driver registered while initialising. */
+    atexit(at_exit);
     if (init_result != CUDA_SUCCESS) {
         cupool__log(CUPOOL_LOG_INFO, "%s", init_message);
         atomic_store(&cupool__state, CUPOOL_ST_FAILED);

@@ -186,6 +186,13 @@ struct cupool__tcache *cupool__tcache_self(void)
     return tc;
 }
 
+void cupool__pool_unload(void)
+{
+    /* No thread-exit destructor may run into an unmapped library. */
+    pthread_once(&tc_once, tc_key_create);
+    pthread_key_delete(tc_key);
+}
+
 void cupool__pool_init(void)
 {
     cupool__mag_init(cupool__cfg.magazine_size);
@@ -221,18 +228,56 @@ static bool driver_usable(void)
     return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH;
 }
 
-/* True if the class's context still exists (its id is unchanged). One driver call. */
-static bool class_ctx_alive(struct cupool__class *cls)
+/* What a check of a class's context found. */
+enum ctx_state { CTX_ALIVE, CTX_GONE, CTX_UNKNOWN };
+
+/*
+ * One driver call: is the class's context still the one its handles were made in? Only a
+ * changed id, or the driver's own verdict (CUDA_ERROR_CONTEXT_IS_DESTROYED,
+ * CUDA_ERROR_INVALID_CONTEXT), retires the class. Any other error is taken as transient:
+ * CTX_UNKNOWN, *err set, and the caller keeps every handle as it is.
+ */
+static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
 {
-    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) || !driver_usable())
-        return false;
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
+        return CTX_GONE;
+    if (!driver_usable()) {
+        *err = CUDA_ERROR_DEINITIALIZED;
+        return CTX_UNKNOWN;
+    }
     unsigned long long id = 0;
     CUresult r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
-    if (r != CUDA_SUCCESS || id != cls->ctx_id) {
+    if (r == CUDA_SUCCESS && id == cls->ctx_id)
+        return CTX_ALIVE;
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
+        r == CUDA_ERROR_INVALID_CONTEXT) {
         class_mark_dead(cls);
+        return CTX_GONE;
+    }
+    *err = cupool__fail(r, "checking context %llu of a %s pool failed", cls->ctx_id,
+                        cls->ops->name);
+    return CTX_UNKNOWN;
+}
+
+/* Errors after which a context is unusable for good (the driver's sticky errors). */
+static bool error_is_sticky(CUresult r)
+{
+    switch ((int)r) {
+    case 214: /* CUDA_ERROR_ECC_UNCORRECTABLE */
+    case 700: /* CUDA_ERROR_ILLEGAL_ADDRESS */
+    case 702: /* CUDA_ERROR_LAUNCH_TIMEOUT */
+    case 714: /* CUDA_ERROR_HARDWARE_STACK_ERROR */
+    case 715: /* CUDA_ERROR_ILLEGAL_INSTRUCTION */
+    case 716: /* CUDA_ERROR_MISALIGNED_ADDRESS */
+    case 717: /* CUDA_ERROR_INVALID_ADDRESS_SPACE */
+    case 718: /* CUDA_ERROR_INVALID_PC */
+    case 719: /* CUDA_ERROR_LAUNCH_FAILED */
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_DEINITIALIZED:
+        return true;
+    default:
         return false;
     }
-    return true;
 }
 
 /* Forgets a handle without a driver call (its context is gone, or it is broken). */
@@ -243,40 +288,61 @@ static void handle_forget(struct cupool__class *cls, struct cupool__handle *rec)
     atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
 }
 
-/* Destroys a handle through the driver if `ctx_alive`, forgets it otherwise. */
-static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle *rec,
-                               bool ctx_alive)
+/*
+ * Destroys a handle of a class whose context is alive. The record goes only after the driver
+ * agreed: a failed destroy keeps the handle registered (and the caller keeps it pooled). A
+ * handle the driver reuses right after the destroy finds this record and marks it stale,
+ * which _remove() then respects.
+ */
+static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle *rec)
 {
-    if (!ctx_alive) {
+    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    if (atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_STALE) {
+        /* the value now names another handle; this one died with its context */
         handle_forget(cls, rec);
         return CUDA_SUCCESS;
     }
-    void *h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    if (!cupool__registry_remove(rec)) {
-        /* stale: the value now names another handle; this one died with its context */
-        live_add(cls, -1);
-        atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
-        return CUDA_SUCCESS;
-    }
     CUresult r = cupool__driver_result(cls->ops->destroy(h));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h,
+                            cls->ctx_id);
+    cupool__registry_remove(rec);
     live_add(cls, -1);
     atomic_fetch_add_explicit(&cls->destroys, 1, CUPOOL_RELAXED);
-    if (r != CUDA_SUCCESS)
-        cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h, cls->ctx_id);
-    return r;
+    return CUDA_SUCCESS;
 }
 
-/* Destroys the last n handles of a magazine (one context check for the batch). */
+/* A handle that cannot be pooled (no memory for a magazine): destroyed if its context is
+ * known alive, else forgotten. */
+static CUresult handle_discard(struct cupool__class *cls, struct cupool__handle *rec)
+{
+    CUresult err = CUDA_SUCCESS;
+    if (class_ctx_check(cls, &err) == CTX_ALIVE && handle_destroy(cls, rec) == CUDA_SUCCESS)
+        return CUDA_SUCCESS;
+    handle_forget(cls, rec);
+    return CUDA_SUCCESS;
+}
+
+/* Destroys up to n handles from the top of a magazine, with one context check for the batch.
+ * Stops at the first failure, leaving the rest (the failed one included) in the magazine. */
 static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine *m, uint32_t n)
 {
-    bool alive = class_ctx_alive(cls);
-    CUresult first = CUDA_SUCCESS;
+    CUresult err = CUDA_SUCCESS;
+    enum ctx_state st = class_ctx_check(cls, &err);
+    if (st == CTX_UNKNOWN)
+        return err;
     for (uint32_t i = 0; i < n && m->count; i++) {
-        CUresult r = handle_destroy(cls, m->items[--m->count].rec, alive);
-        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-            first = r;
+        struct cupool__handle *rec = m->items[m->count - 1].rec;
+        if (st == CTX_GONE) {
+            handle_forget(cls, rec);
+        } else {
+            CUresult r = handle_destroy(cls, rec);
+            if (r != CUDA_SUCCESS)
+                return r;
+        }
+        m->count--;
     }
-    return first;
+    return CUDA_SUCCESS;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -311,8 +377,13 @@ static CUresult drain_retired(struct cupool__class *cls, int64_t keep)
             break;
         atomic_fetch_sub_explicit(&cls->retire_idle, m->count, CUPOOL_RELAXED);
         CUresult r = destroy_items(cls, m, m->count);
-        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-            first = r;
+        if (m->count) {
+            /* not all destroyed: keep the rest queued, try again later */
+            atomic_fetch_add_explicit(&cls->retire_idle, m->count, CUPOOL_RELAXED);
+            cupool__stack_push(&cls->retire, m);
+            first = first == CUDA_SUCCESS ? r : first;
+            break;
+        }
         cupool__mag_put(m);
     }
     return first;
@@ -343,44 +414,63 @@ static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__s
     return s->count ? full->items[--s->count].rec : NULL;
 }
 
-/* Runs `cls`'s creation with its context current, pushing it when another is current. */
-static CUresult ctx_enter(struct cupool__class *cls, bool *pushed)
+/* Makes `cls`'s context current for a creation, pushing it when another is current;
+ * ctx_leave() undoes it. */
+struct ctx_guard {
+    bool pushed;
+    CUcontext prev;
+};
+
+static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
 {
     unsigned long long id = 0;
-    *pushed = false;
+    g->pushed = false;
+    g->prev = NULL;
     if (cupool__drv.cuCtxGetId(NULL, &id) == CUDA_SUCCESS && id == cls->ctx_id)
         return CUDA_SUCCESS;
-    if (!class_ctx_alive(cls))
+    CUresult err = CUDA_SUCCESS;
+    switch (class_ctx_check(cls, &err)) {
+    case CTX_GONE:
         return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
                             "the context (id %llu) of this %s pool was destroyed or reset",
                             cls->ctx_id, cls->ops->name);
+    case CTX_UNKNOWN:
+        return err;
+    case CTX_ALIVE:
+        break;
+    }
+    cupool__drv.cuCtxGetCurrent(&g->prev);
     CUresult r = cupool__driver_result(cupool__drv.cuCtxPushCurrent(cls->ctx));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuCtxPushCurrent(context %llu) failed", cls->ctx_id);
-    *pushed = true;
+    g->pushed = true;
     return CUDA_SUCCESS;
 }
 
-static void ctx_leave(bool pushed)
+static void ctx_leave(const struct ctx_guard *g)
 {
     CUcontext popped;
-    if (pushed)
-        cupool__drv.cuCtxPopCurrent(&popped);
+    if (!g->pushed || cupool__drv.cuCtxPopCurrent(&popped) == CUDA_SUCCESS)
+        return;
+    /* The pop failed: put the caller's context back by other means. */
+    if (cupool__drv.cuCtxSetCurrent(g->prev) != CUDA_SUCCESS)
+        cupool__log(CUPOOL_LOG_WARN, "could not restore the caller's current context after a "
+                                     "pool's creation (cuCtxPopCurrent and cuCtxSetCurrent failed)");
 }
 
 /* Creates one handle for `cls` and registers it in `state`. */
 static CUresult handle_create(struct cupool__class *cls, bool ctx_current, uint32_t state,
                               struct cupool__handle **out)
 {
-    bool pushed = false;
+    struct ctx_guard g = {false, NULL};
     if (!ctx_current) {
-        CUresult r = ctx_enter(cls, &pushed);
+        CUresult r = ctx_enter(cls, &g);
         if (r != CUDA_SUCCESS)
             return r;
     }
     void *h = NULL;
     CUresult r = cupool__driver_result(cls->ops->create(cls, &h));
-    ctx_leave(pushed);
+    ctx_leave(&g);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "creating a %s (flags 0x%x) in context %llu failed",
                             cls->ops->name, cls->flags, cls->ctx_id);
@@ -467,11 +557,11 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
     int clamped = 0;
     if (ops->kind == CUPOOL_KIND_STREAM) {
         struct cupool__class probe = {.ctx = ctx, .ctx_id = ctx_id, .ops = ops, .alive = 1};
-        bool pushed = false;
-        if (!ctx_current && (r = ctx_enter(&probe, &pushed)) != CUDA_SUCCESS)
+        struct ctx_guard g = {false, NULL};
+        if (!ctx_current && (r = ctx_enter(&probe, &g)) != CUDA_SUCCESS)
             return r;
         r = cupool__stream_priority_clamp(priority, &clamped);
-        ctx_leave(pushed);
+        ctx_leave(&g);
         if (r != CUDA_SUCCESS)
             return r;
     }
@@ -527,35 +617,61 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
 /* Acquire and release, shared by streams and events                                        */
 /* ---------------------------------------------------------------------------------------- */
 
-/* Checks a pooled stream the previous owner released unchecked. Returns 0 when it may be
- * handed out, 1 when it was dropped and another should be tried, -1 with *err on failure. */
-static int stream_vet(struct cupool__class *cls, struct cupool__handle *rec, bool ctx_current,
-                      CUresult *err)
+/* Puts a just-popped record back on top of the slot's loaded magazine (room is certain). */
+static void slot_push_back(struct cupool__slot *s, struct cupool__handle *rec)
 {
-    if (!ctx_current && !class_ctx_alive(cls)) {
-        handle_forget(cls, rec);
-        *err = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                            "the context (id %llu) of this stream pool was destroyed or reset",
-                            cls->ctx_id);
-        return -1;
+    s->loaded->items[s->count++] =
+        (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
+}
+
+/*
+ * Checks a pooled stream the previous owner released unchecked, just popped from slot s.
+ * Returns 0 when it may be handed out; 1 when it was dropped (it was in capture) and another
+ * should be tried; -1 with *err when the acquire fails: the context is gone or broken (the
+ * stream is forgotten), or a transient driver error (the stream goes back where it was).
+ */
+static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
+                      struct cupool__handle *rec, bool ctx_current, CUresult *err)
+{
+    if (!ctx_current) {
+        switch (class_ctx_check(cls, err)) {
+        case CTX_GONE:
+            handle_forget(cls, rec);
+            *err = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                                "the context (id %llu) of this stream pool was destroyed or "
+                                "reset",
+                                cls->ctx_id);
+            return -1;
+        case CTX_UNKNOWN:
+            slot_push_back(s, rec);
+            return -1;
+        case CTX_ALIVE:
+            break;
+        }
     }
-    CUstream s = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
+    CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = cupool__drv.cuStreamIsCapturing(s, &status);
+    CUresult r = cupool__drv.cuStreamIsCapturing(h, &status);
     if (CUPOOL_LIKELY(r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE))
         return 0;
     if (r == CUDA_SUCCESS) {
         cupool__log(CUPOOL_LOG_WARN,
                     "stream %p was released while in stream capture; it is destroyed, not reused",
-                    (void *)s);
+                    (void *)h);
         atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
-        handle_destroy(cls, rec, true);
+        if (handle_destroy(cls, rec) != CUDA_SUCCESS)
+            handle_forget(cls, rec);
         return 1;
     }
     cupool__driver_result(r);
-    handle_forget(cls, rec);
-    *err = cupool__fail(r, "the context (id %llu) of stream %p is in error", cls->ctx_id,
-                        (void *)s);
+    if (error_is_sticky(r)) {
+        handle_forget(cls, rec);
+        *err = cupool__fail(r, "the context (id %llu) of stream %p is broken", cls->ctx_id,
+                            (void *)h);
+    } else {
+        slot_push_back(s, rec);
+        *err = cupool__fail(r, "cuStreamIsCapturing(%p) failed", (void *)h);
+    }
     return -1;
 }
 
@@ -597,6 +713,10 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
         if (r != CUDA_SUCCESS)
             return r;
     }
+    if (!ctx_current && !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
+        return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                            "the context (id %llu) of this %s pool was destroyed or reset",
+                            cls->ctx_id, cls->ops->name);
     for (;;) {
         struct cupool__tcache *tc = cupool__tl;
         struct cupool__slot *s = tc ? slot_of(tc, cls->index) : NULL;
@@ -617,7 +737,7 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
                 continue;
             }
             CUresult err = CUDA_SUCCESS;
-            int v = stream_vet(cls, rec, ctx_current, &err);
+            int v = stream_vet(cls, s, rec, ctx_current, &err);
             if (v > 0)
                 continue;
             if (v < 0)
@@ -658,7 +778,10 @@ __attribute__((always_inline)) static inline CUresult
 acquire_from_slot(struct cupool__class *cls, uint32_t index, bool ctx_current, void **out)
 {
     struct cupool__tcache *tc = cupool__tl;
-    if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+    /* An explicit pool's class may be known dead (its context reset): never hand out its
+     * handles. The current-context API matched the live context's id just now. */
+    if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
+                      (ctx_current || atomic_load_explicit(&cls->alive, CUPOOL_RELAXED)))) {
         struct cupool__slot *s = slot_of(tc, index);
         struct cupool__magazine *m = s ? s->loaded : NULL;
         if (CUPOOL_LIKELY(m != NULL && s->count != 0)) {
@@ -763,7 +886,7 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
         /* No memory for a magazine: the handle cannot be pooled; destroy it now. */
         if (s)
             cupool__counter_inc(&s->releases);
-        return handle_destroy(cls, rec, class_ctx_alive(cls));
+        return handle_discard(cls, rec);
     }
     atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
     m->items[s->count++] =
@@ -800,7 +923,7 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
     if (s)
         cupool__counter_inc(&s->releases);
-    return handle_destroy(cls, rec, true);
+    return handle_destroy(cls, rec);
 }
 
 /* Every release but the fast one: other lifecycle states, refusals, a full magazine. */
@@ -825,8 +948,8 @@ __attribute__((always_inline)) static inline CUresult release_handle(
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = cupool__registry_lookup(h);
     /* Everything the decision needs is in the record's own cache line. A handle of a context
-     * known to be gone may land in its dead class's magazine here: harmless, that class never
-     * hands it out, and trim forgets it without a driver call. */
+     * known to be gone may land in its dead class's magazine here: harmless, a dead class
+     * hands nothing out, and trim forgets its handles without a driver call. */
     if (CUPOOL_LIKELY(rec != NULL && tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
                       rec->kind == (uint32_t)ops->kind &&
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
@@ -868,7 +991,7 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
     if (CUPOOL_LIKELY(tc != NULL)) {
         struct cupool__cc_entry *e =
             &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
-        if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key))
+        if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && e->cls != NULL))
             return acquire_from_slot(e->cls, e->index, true, out);
     }
     struct cupool__class *cls = NULL;

@@ -108,6 +108,8 @@ static inline struct cupool__tcache *cupool__tcache_peek(void)
 
 /* Once, at initialisation: magazine capacity, thread-exit key. */
 void cupool__pool_init(void);
+/* When the library is unloaded: removes the thread-exit key. */
+void cupool__pool_unload(void);
 
 /* Global class list (newest first) and thread cache list, for statistics. */
 struct cupool__class *cupool__classes(void);

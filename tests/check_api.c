@@ -550,6 +550,29 @@ START_TEST(context_reset_old_handles_harmless)
 }
 END_TEST
 
+START_TEST(explicit_pool_of_reset_context_refuses)
+{
+    cupool_event_pool_t ep;
+    CUevent a, b, y;
+    TU_OK(cupool_event_pool_get(&ep, NULL, 0));
+    TU_OK(cupool_event_pool_acquire(ep, &a));
+    TU_OK(cupool_event_pool_acquire(ep, &b));
+    TU_OK(cupool_event_pool_release(ep, a));
+    TU_OK(cupool_event_pool_release(ep, b));
+    TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    TU_OK(cupool_event_acquire(&y, 0)); /* the new context: cupool learns the old one is gone */
+    CUevent x = NULL;
+    TU_EQ(cupool_event_pool_acquire(ep, &x), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    ck_assert_ptr_null(x);
+    TU_OK(tu.cuEventRecord(y, NULL)); /* the new context's event works */
+    TU_OK(tu.cuEventSynchronize(y));
+    TU_OK(cupool_event_release(y));
+}
+END_TEST
+
 START_TEST(forked_child_refuses)
 {
     CUstream s;
@@ -673,6 +696,78 @@ START_TEST(live_handles_match_statistics)
 }
 END_TEST
 
+START_TEST(transient_context_check_error_keeps_pool)
+{
+    CUstream s[40];
+    for (int i = 0; i < 40; i++)
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+    for (int i = 0; i < 40; i++)
+        TU_OK(cupool_stream_release(s[i]));
+    tu_fake.fault("cuCtxGetId", 0, 1, CUDA_ERROR_UNKNOWN);
+    TU_EQ(cupool_trim(), CUDA_ERROR_UNKNOWN); /* its context check failed: nothing destroyed */
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_int_eq(st.context_alive, 1);
+    ck_assert_uint_eq(st.idle, 40);
+    ck_assert_int_eq(tu_fake.live_streams(), 40);
+    TU_OK(cupool_stream_acquire(&s[0], 0, 0)); /* the pool still works */
+    TU_OK(cupool_stream_release(s[0]));
+    TU_OK(cupool_trim());
+    ck_assert_int_eq(tu_fake.live_streams(), 0);
+    ck_assert_uint_eq(tu_stats(CUPOOL_KIND_STREAM, 0).idle, 0);
+}
+END_TEST
+
+START_TEST(failed_destroy_keeps_handle)
+{
+    CUstream s[20];
+    for (int i = 0; i < 20; i++)
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+    for (int i = 0; i < 20; i++)
+        TU_OK(cupool_stream_release(s[i]));
+    tu_fake.fault("cuStreamDestroy", 0, 1, CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_trim(), CUDA_ERROR_INVALID_VALUE);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_int_eq(tu_fake.live_streams(), (int)(st.idle + st.in_use));
+    TU_OK(cupool_trim());
+    ck_assert_int_eq(tu_fake.live_streams(), 0);
+    ck_assert_uint_eq(tu_stats(CUPOOL_KIND_STREAM, 0).idle, 0);
+}
+END_TEST
+
+START_TEST(transient_capture_check_error_keeps_stream)
+{
+    CUstream s, t;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_stream_release(s));
+    tu_fake.fault("cuStreamIsCapturing", 0, 2, CUDA_ERROR_NOT_READY);
+    TU_EQ(cupool_stream_acquire(&t, 0, 0), CUDA_ERROR_NOT_READY);
+    TU_OK(cupool_stream_acquire(&t, 0, 0));
+    ck_assert_ptr_eq(t, s); /* kept, and handed out once the driver answers */
+    TU_OK(cupool_stream_release(t));
+    ck_assert_int_eq(tu_fake.live_streams(), 1);
+    ck_assert_uint_eq(tu_stats(CUPOOL_KIND_STREAM, 0).idle, 1);
+}
+END_TEST
+
+START_TEST(failed_pop_restores_callers_context)
+{
+    CUresult (*ctx_create)(CUcontext *, void *, unsigned int, CUdevice);
+    TU_OK(cupool_driver_get_proc("cuCtxCreate", 12050, (void **)&ctx_create));
+    CUcontext other;
+    TU_OK(ctx_create(&other, NULL, 0, tu_dev)); /* current now */
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    cupool_stream_pool_t p;
+    TU_OK(cupool_stream_pool_get(&p, other, 0, 0));
+    tu_fake.fault("cuCtxPopCurrent", 0, 1, CUDA_ERROR_UNKNOWN);
+    CUstream s;
+    TU_OK(cupool_stream_pool_acquire(p, &s)); /* a miss: created in `other`, pushed and popped */
+    CUcontext cur = NULL;
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, tu_ctx);
+    TU_OK(cupool_stream_pool_release(p, s, 0));
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -696,6 +791,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, thread_exit_returns_magazines);
     tcase_add_test(tc, stats_get_and_print);
     tcase_add_test(tc, context_reset_old_handles_harmless);
+    tcase_add_test(tc, explicit_pool_of_reset_context_refuses);
     tcase_add_test(tc, forked_child_refuses);
     suite_add_tcase(s, tc);
     /* Fault injection, teardown and live-handle counts need the simulated driver. */
@@ -706,6 +802,10 @@ static Suite *api_suite(void)
         tcase_add_test(sim, release_makes_no_driver_call);
         tcase_add_test(sim, teardown_stops_driver_calls);
         tcase_add_test(sim, live_handles_match_statistics);
+        tcase_add_test(sim, transient_context_check_error_keeps_pool);
+        tcase_add_test(sim, failed_destroy_keeps_handle);
+        tcase_add_test(sim, transient_capture_check_error_keeps_stream);
+        tcase_add_test(sim, failed_pop_restores_callers_context);
         suite_add_tcase(s, sim);
     }
     /* These set CUPOOL_* before the first cupool call, so they run their own setup. */

@@ -114,6 +114,16 @@ START_TEST(bad_values_keep_defaults)
 }
 END_TEST
 
+START_TEST(bad_value_after_good_one_uses_default)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_MAGAZINE_SIZE=1", "CUPOOL_MAGAZINE_SIZE=5000", NULL), 1);
+    ck_assert_msg(strstr(l.text[0], "using the default 16"), "%s", l.text[0]);
+    ck_assert_uint_eq(c.magazine_size, 16); /* as the message says */
+}
+END_TEST
+
 START_TEST(unknown_names_suggest_nearest)
 {
     struct cupool__config c;
@@ -224,6 +234,7 @@ int main(void)
     tcase_add_test(tc, valid_values);
     tcase_add_test(tc, bad_values_keep_defaults);
     tcase_add_test(tc, unknown_names_suggest_nearest);
+    tcase_add_test(tc, bad_value_after_good_one_uses_default);
     tcase_add_test(tc, secure_process_ignores_paths);
     tcase_add_test(tc, prewarm_clamped_to_cap);
     tcase_add_test(tc, values_quoted_safely);
