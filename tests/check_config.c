@@ -3,6 +3,8 @@
  * plus a fuzz run of random and malformed values. */
 #define _GNU_SOURCE
 #include <check.h>
+
+#include "testutil.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,9 +242,5 @@ int main(void)
     tcase_add_test(tc, values_quoted_safely);
     tcase_add_test(tc, fuzz);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

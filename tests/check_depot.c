@@ -3,6 +3,8 @@
  * test hook, and many threads pushing and popping at once. */
 #define _GNU_SOURCE
 #include <check.h>
+
+#include "testutil.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -142,9 +144,5 @@ int main(void)
     tcase_add_test(tc, aba_is_caught);
     tcase_add_test(tc, concurrent_push_pop);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }

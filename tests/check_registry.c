@@ -2,6 +2,8 @@
 /* The handle registry: insert, lookup, remove, growth, and lookups racing with inserts. */
 #define _GNU_SOURCE
 #include <check.h>
+
+#include "testutil.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -104,9 +106,5 @@ int main(void)
     tcase_add_test(tc, insert_lookup_remove_grow);
     tcase_add_test(tc, lookups_race_with_growth);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tu_run(s);
 }
