@@ -16,7 +16,8 @@
  *   pool-vouched  the same, released with CUPOOL_RELEASE_NOT_CAPTURING (streams only)
  * `calls` times the driver calls cupool's hot paths make (cuCtxGetId, cuStreamIsCapturing),
  * and cuCtxGetCurrent for comparison, per call and per thread, so a table's figures can be
- * split into driver time and cupool's own.
+ * split into driver time and cupool's own; and, as a yardstick of the machine, a pop and push
+ * on a thread-private array stack (what a magazine hit does, without cupool's checks).
  * Without a GPU the run says so and uses the simulated driver; every figure is then labelled
  * "simulated".
  */
@@ -42,9 +43,10 @@
 enum kind { STREAMS, EVENTS, CALLS };
 enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_COUNT };
 static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched"};
-enum call { C_GET_CURRENT, C_GET_ID_NULL, C_GET_ID_CTX, C_IS_CAPTURING, C_COUNT };
+enum call { C_GET_CURRENT, C_GET_ID_NULL, C_GET_ID_CTX, C_IS_CAPTURING, C_LOCAL, C_COUNT };
 static const char *const call_names[C_COUNT] = {"cuCtxGetCurrent", "cuCtxGetId(NULL)",
-                                                "cuCtxGetId(ctx)", "cuStreamIsCapturing"};
+                                                "cuCtxGetId(ctx)", "cuStreamIsCapturing",
+                                                "thread-local pop+push"};
 static const char *const kind_names[3] = {"streams", "events", "calls"};
 
 static struct {
@@ -104,6 +106,17 @@ static CUresult run_calls(enum call c, long n)
     CUstream s = NULL;
     if (c == C_IS_CAPTURING && (r = drv.cuStreamCreateWithPriority(&s, STREAM_FLAGS, 0)))
         return r;
+    if (c == C_LOCAL) {
+        /* a 16-slot stack of pointers in this thread's own memory, popped and pushed back */
+        void *volatile stack[16];
+        volatile unsigned int count = 1;
+        stack[0] = &cur;
+        for (long i = 0; i < n; i++) {
+            void *top = stack[--count];
+            stack[count++] = top;
+        }
+        return CUDA_SUCCESS;
+    }
     for (long i = 0; i < n && r == CUDA_SUCCESS; i++) {
         switch (c) {
         case C_GET_CURRENT: r = drv.cuCtxGetCurrent(&cur); break;
@@ -430,7 +443,7 @@ int main(int argc, char **argv)
         int calls = k == CALLS;
         int nmethods = calls ? C_COUNT : k == STREAMS ? M_COUNT : M_POOL + 1;
         const char *const *names = calls ? call_names : method_names;
-        double med[16][M_COUNT];
+        double med[16][C_COUNT > M_COUNT ? C_COUNT : M_COUNT];
         if (!json) {
             if (calls)
                 printf("\ndriver calls on cupool's hot paths, ns per call, per thread%s\n", label);
@@ -438,7 +451,7 @@ int main(int argc, char **argv)
                 printf("\n%s%s\n", kind_names[k], label);
             printf("%7s", "threads");
             for (int m = 0; m < nmethods; m++)
-                printf(" %*s", calls ? 20 : 13, names[m]);
+                printf(" %*s", calls ? 22 : 13, names[m]);
             for (int m = 1; !calls && m < nmethods; m++) {
                 char head[24];
                 snprintf(head, sizeof(head), "%s x", names[m]);
@@ -468,7 +481,7 @@ int main(int argc, char **argv)
             if (!json) {
                 printf("%7d", threads[ti]);
                 for (int m = 0; m < nmethods; m++)
-                    printf(" %*.1f", calls ? 20 : 13, med[ti][m]);
+                    printf(" %*.1f", calls ? 22 : 13, med[ti][m]);
                 for (int m = 1; !calls && m < nmethods; m++) {
                     double x = med[ti][M_DRIVER] / med[ti][m];
                     printf(" %14.*fx", x < 10 ? 2 : 0, x);
