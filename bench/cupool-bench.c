@@ -443,7 +443,7 @@ int main(int argc, char **argv)
         int calls = k == CALLS;
         int nmethods = calls ? C_COUNT : k == STREAMS ? M_COUNT : M_POOL + 1;
         const char *const *names = calls ? call_names : method_names;
-        double med[16][C_COUNT > M_COUNT ? C_COUNT : M_COUNT];
+        double med[16][(int)C_COUNT > (int)M_COUNT ? (int)C_COUNT : (int)M_COUNT];
         if (!json) {
             if (calls)
                 printf("\ndriver calls on cupool's hot paths, ns per call, per thread%s\n", label);
