@@ -745,6 +745,7 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
         }
         atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
         cupool__counter_inc(&s->acquires);
+        cupool__tl->last = rec;
         *out = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
         return CUDA_SUCCESS;
     }
@@ -766,6 +767,7 @@ __attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__c
     s->count--;
     atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
     cupool__counter_inc(&s->acquires);
+    cupool__tl->last = rec;
     *out = h;
     return CUDA_SUCCESS;
 }
@@ -792,6 +794,7 @@ acquire_from_slot(struct cupool__class *cls, uint32_t index, bool ctx_current, v
                 s->count--;
                 atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
                 cupool__counter_inc(&s->acquires);
+                tc->last = rec;
                 *out = it.handle;
                 return CUDA_SUCCESS;
             }
@@ -946,7 +949,9 @@ __attribute__((always_inline)) static inline CUresult release_handle(
     const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
 {
     struct cupool__tcache *tc = cupool__tl;
-    struct cupool__handle *rec = cupool__registry_lookup(h);
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
+        rec = cupool__registry_lookup(h);
     /* Everything the decision needs is in the record's own cache line. A handle of a context
      * known to be gone may land in its dead class's magazine here: harmless, a dead class
      * hands nothing out, and trim forgets its handles without a driver call. */

@@ -90,6 +90,10 @@ struct cupool__tcache {
     struct cupool__slot slots0[CUPOOL_SLOTS_PER_CHUNK]; /* classes 0..63: one load less */
     _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS]; /* [0] unused */
     struct cupool__cc_entry cc[2][CUPOOL_CC_SIZE]; /* [cupool_kind_t] */
+    /* The record of the handle this thread acquired last: a release of that very handle (the
+     * common acquire, use, release on one thread) finds it here without a registry lookup.
+     * Only a hint: a release trusts it only if the record still names the handle. */
+    struct cupool__handle *last;
     struct cupool__tcache *next;
     _Atomic int active;
     char errmsg[CUPOOL_ERRMSG_MAX];
