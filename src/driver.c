@@ -10,7 +10,7 @@
 #include <string.h>
 
 struct cupool__driver cupool__drv;
-static void *driver_handle;
+static void *driver_handle; /* kept open for the life of the process; unload will close it */
 
 /* Words for a cuGetProcAddress status, for messages. */
 static const char *proc_status_text(CUdriverProcAddressQueryResult status)

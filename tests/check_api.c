@@ -696,13 +696,21 @@ START_TEST(live_handles_match_statistics)
 }
 END_TEST
 
+/* Leaves n idle streams (flags 0) in the pool: n acquired at once, then all released. */
+static void make_idle_streams(int n)
+{
+    CUstream s[64];
+    ck_assert_int_le(n, 64);
+    for (int i = 0; i < n; i++)
+        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
+    for (int i = 0; i < n; i++)
+        TU_OK(cupool_stream_release(s[i]));
+}
+
 START_TEST(transient_context_check_error_keeps_pool)
 {
-    CUstream s[40];
-    for (int i = 0; i < 40; i++)
-        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
-    for (int i = 0; i < 40; i++)
-        TU_OK(cupool_stream_release(s[i]));
+    CUstream s[1];
+    make_idle_streams(40);
     tu_fake.fault("cuCtxGetId", 0, 1, CUDA_ERROR_UNKNOWN);
     TU_EQ(cupool_trim(), CUDA_ERROR_UNKNOWN); /* its context check failed: nothing destroyed */
     cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
@@ -719,11 +727,7 @@ END_TEST
 
 START_TEST(failed_destroy_keeps_handle)
 {
-    CUstream s[20];
-    for (int i = 0; i < 20; i++)
-        TU_OK(cupool_stream_acquire(&s[i], 0, 0));
-    for (int i = 0; i < 20; i++)
-        TU_OK(cupool_stream_release(s[i]));
+    make_idle_streams(20);
     tu_fake.fault("cuStreamDestroy", 0, 1, CUDA_ERROR_INVALID_VALUE);
     TU_EQ(cupool_trim(), CUDA_ERROR_INVALID_VALUE);
     cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
