@@ -270,6 +270,15 @@ CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacit
  */
 CUPOOL_API CUresult cupool_stats_print(FILE *out);
 
+/**
+ * Bytes of host memory cupool holds for its own bookkeeping: thread caches, magazines, handle
+ * records, registry tables and pool classes, each block's 64-byte header included (bytes).
+ * It grows with the number of threads, classes and handles at their peak and never with the
+ * number of operations. dlclose() of the library frees all of it. Never calls the driver;
+ * thread-safe; works in every lifecycle state.
+ */
+CUPOOL_API size_t cupool_metadata_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif

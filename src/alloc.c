@@ -8,7 +8,13 @@
  * Only the shared library (built with -DPIC by libtool) uses jemalloc: a program linking
  * libcupool.a would have to list -ljemalloc itself, and that *could* place jemalloc's malloc
  * before libc's, so the static archive takes its metadata from libc.
+ *
+ * Every block carries a one-cache-line header that links it into a list of live blocks, so
+ * unloading the library (dlclose) can free everything it ever allocated, and the bytes held
+ * are known exactly. Allocation is a slow-path event (records come in batches, magazines and
+ * thread caches are reused), so the list's mutex is never on an acquire or release fast path.
  */
+#define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE */
 #include "internal.h"
 #include "alloc.h"
 
@@ -19,8 +25,21 @@
 
 #if defined(CUPOOL_HAVE_JEMALLOC) && defined(PIC)
 #define CUPOOL_USE_JEMALLOC 1
+#include <dlfcn.h>
 #include <jemalloc/jemalloc.h>
 #endif
+
+/* The header in front of every block; one cache line, so the block stays 64-byte aligned. */
+struct block {
+    struct block *prev, *next;
+    size_t bytes; /* the whole allocation, header included */
+    char pad[CUPOOL_CACHELINE - 2 * sizeof(void *) - sizeof(size_t)];
+};
+_Static_assert(sizeof(struct block) == CUPOOL_CACHELINE, "block header is one cache line");
+
+static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct block blocks = {&blocks, &blocks, 0, {0}};
+static _Atomic size_t bytes_held;
 
 static size_t round_up(size_t size)
 {
@@ -35,6 +54,9 @@ static char arena_name[40] = "libc";
 
 static void arena_create(void)
 {
+    /* jemalloc keeps thread-exit hooks and fork handlers that must outlive libcupool if it is
+     * dlclose()d: pin the already-loaded library so it is never unloaded with us. */
+    dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
     size_t sz = sizeof(arena_index);
     if (mallctl("arenas.create", &arena_index, &sz, NULL, 0) == 0) {
         arena_ok = 1;
@@ -49,33 +71,88 @@ static int arena_flags(void)
 }
 #endif
 
-void *cupool__alloc(size_t size)
+static void *raw_alloc(size_t bytes)
 {
-    if (size == 0)
-        size = 1;
 #ifdef CUPOOL_USE_JEMALLOC
     int flags = arena_flags();
     if (arena_ok)
-        return mallocx(round_up(size), flags | MALLOCX_ZERO);
+        return mallocx(bytes, flags | MALLOCX_ZERO);
 #endif
-    void *p = aligned_alloc(CUPOOL_CACHELINE, round_up(size));
+    void *p = aligned_alloc(CUPOOL_CACHELINE, bytes);
     if (p)
-        memset(p, 0, round_up(size));
+        memset(p, 0, bytes);
     return p;
+}
+
+static void raw_free(void *p, size_t bytes)
+{
+#ifdef CUPOOL_USE_JEMALLOC
+    if (arena_ok) {
+        sdallocx(p, bytes, arena_flags());
+        return;
+    }
+#endif
+    (void)bytes;
+    free(p);
+}
+
+void *cupool__alloc(size_t size)
+{
+    size_t bytes = sizeof(struct block) + round_up(size ? size : 1);
+    struct block *b = raw_alloc(bytes);
+    if (!b)
+        return NULL;
+    b->bytes = bytes;
+    pthread_mutex_lock(&blocks_lock);
+    b->next = blocks.next;
+    b->prev = &blocks;
+    blocks.next->prev = b;
+    blocks.next = b;
+    pthread_mutex_unlock(&blocks_lock);
+    atomic_fetch_add_explicit(&bytes_held, bytes, CUPOOL_RELAXED);
+    return b + 1;
 }
 
 void cupool__free(void *p, size_t size)
 {
+    (void)size;
     if (!p)
         return;
+    struct block *b = (struct block *)p - 1;
+    pthread_mutex_lock(&blocks_lock);
+    b->prev->next = b->next;
+    b->next->prev = b->prev;
+    pthread_mutex_unlock(&blocks_lock);
+    atomic_fetch_sub_explicit(&bytes_held, b->bytes, CUPOOL_RELAXED);
+    raw_free(b, b->bytes);
+}
+
+size_t cupool__alloc_bytes(void)
+{
+    return atomic_load_explicit(&bytes_held, CUPOOL_RELAXED);
+}
+
+void cupool__alloc_release_all(void)
+{
+    pthread_mutex_lock(&blocks_lock);
+    struct block *b = blocks.next;
+    while (b != &blocks) {
+        struct block *next = b->next;
+        raw_free(b, b->bytes);
+        b = next;
+    }
+    blocks.next = blocks.prev = &blocks;
+    atomic_store_explicit(&bytes_held, 0, CUPOOL_RELAXED);
+    pthread_mutex_unlock(&blocks_lock);
 #ifdef CUPOOL_USE_JEMALLOC
     if (arena_ok) {
-        sdallocx(p, round_up(size ? size : 1), arena_flags());
-        return;
+        /* Every block is gone: hand the arena's own memory back too. */
+        char name[64];
+        snprintf(name, sizeof(name), "arena.%u.destroy", arena_index);
+        mallctl(name, NULL, NULL, NULL, 0);
+        arena_ok = 0;
     }
 #endif
-    (void)size;
-    free(p);
 }
 
 const char *cupool__alloc_name(void)

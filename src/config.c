@@ -43,6 +43,7 @@ static const struct var vars[] = {
     {"CUPOOL_STREAM_PREWARM", VAR_UINT, OFF(stream_prewarm), 0, 4096, 0, NULL},
     {"CUPOOL_EVENT_PREWARM", VAR_UINT, OFF(event_prewarm), 0, 65536, 0, NULL},
     {"CUPOOL_DISABLE", VAR_BOOL, OFF(disable), 0, 1, 0, NULL},
+    {"CUPOOL_DESTROY_ON_EXIT", VAR_BOOL, OFF(destroy_on_exit), 0, 1, 0, NULL},
     {"CUPOOL_STATS", VAR_STATS, OFF(stats_mode), 0, 0, CUPOOL_STATS_OFF, "0"},
     {"CUPOOL_DRIVER_PATH", VAR_PATH, OFF(driver_path), 0, 0, 0, "libcuda.so.1"},
     {"CUPOOL_LOG", VAR_LOG, OFF(log_level), 0, 0, CUPOOL_LOG_WARN, "warn"},

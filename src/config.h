@@ -17,6 +17,7 @@ struct cupool__config {
     uint32_t stream_prewarm;  /* streams created when a class is first used (count) */
     uint32_t event_prewarm;   /* events created when a class is first used (count) */
     bool disable;             /* pass-through: acquire creates, release destroys */
+    bool destroy_on_exit;     /* destroy idle handles at exit, before the driver's teardown */
     int stats_mode;           /* enum cupool__stats_mode */
     int log_level;            /* enum cupool__log_level */
     char stats_path[CUPOOL_PATH_MAX];

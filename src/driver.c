@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "driver.h"
 #include "error.h"
+#include "pool.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 
 struct cupool__driver cupool__drv;
-static void *driver_handle; /* kept open for the life of the process; unload will close it */
+static void *driver_handle; /* our reference, dropped by cupool__driver_unload() */
 
 /* Words for a cuGetProcAddress status, for messages. */
 static const char *proc_status_text(CUdriverProcAddressQueryResult status)
@@ -45,7 +46,9 @@ static CUresult resolve(const char *symbol, int version, void **pfn, char *msg, 
 CUresult cupool__driver_load(const char *path, char *msg, size_t msglen)
 {
     dlerror();
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    /* RTLD_NODELETE: the driver stays mapped for the life of the process, as the CUDA runtime
+     * leaves it, even when libcupool itself is unloaded: contexts and handles live on in it. */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *why = dlerror();
         snprintf(msg, msglen,
@@ -111,7 +114,8 @@ CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn)
 {
     CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     void *p = NULL;
-    CUresult r = cupool__drv.get_proc(symbol, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    CUresult r = CUPOOL_DRV(
+        cupool__drv.get_proc(symbol, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &status));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuGetProcAddress_v2(\"%s\", %d) failed", symbol, version);
     if (status != CU_GET_PROC_ADDRESS_SUCCESS || !p)
@@ -119,4 +123,11 @@ CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn)
                             version, proc_status_text(status));
     *pfn = p;
     return CUDA_SUCCESS;
+}
+
+void cupool__driver_unload(void)
+{
+    if (driver_handle)
+        dlclose(driver_handle);
+    driver_handle = NULL;
 }

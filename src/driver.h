@@ -45,6 +45,9 @@ extern struct cupool__driver cupool__drv;
  */
 CUresult cupool__driver_load(const char *path, char *msg, size_t msglen);
 
+/* Drops cupool's reference to the driver library (it stays mapped: opened RTLD_NODELETE). */
+void cupool__driver_unload(void);
+
 /* cupool_driver_get_proc() behind the public checks. */
 CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn);
 

@@ -3,9 +3,10 @@
  * Initialisation, exit and fork. The atexit and pthread_atfork handlers are registered at the
  * first initialisation, the atexit one right after cuInit, so it runs before the exit
  * handlers of the driver and of anything initialised later (the CUDA runtime's teardown among
- * them when cupool was used first). At exit cupool stops
- * calling the driver and leaks what it holds: a driver being torn down can crash or hang on a
- * destroy, and the process is about to release everything anyway.
+ * them when cupool was used first). At exit cupool stops calling the driver and leaks what it
+ * holds (CUPOOL_DESTROY_ON_EXIT=1 destroys the idle handles first): a driver being torn down
+ * can crash or hang on a destroy, and the process is about to release everything anyway.
+ * dlclose() of the library destroys its idle handles and frees all its memory.
  */
 #include "internal.h"
 #include "lifecycle.h"
@@ -22,6 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/syscall.h>
+#if defined(SYS_membarrier) && __has_include(<linux/membarrier.h>)
+#include <linux/membarrier.h>
+#else
+#undef SYS_membarrier
+#endif
 
 _Atomic int cupool__state = CUPOOL_ST_UNINIT;
 
@@ -56,21 +63,66 @@ static void print_stats_at_exit(void)
     fclose(f);
 }
 
+/* Leaves RUNNING (or whatever the state was) for `next`, then waits for the driver calls other
+ * threads have in flight. Returns the state left. */
+static int leave_state(int next)
+{
+    int prev = atomic_exchange(&cupool__state, next);
+    cupool__pool_quiesce();
+    return prev;
+}
+
+/* Destroys idle handles while the driver still answers; see cupool__pool_close(). */
+static void close_pools(int prev, bool all_threads)
+{
+    if (prev != CUPOOL_ST_RUNNING && prev != CUPOOL_ST_PASSTHROUGH)
+        return;
+    cupool__closer = true;
+    cupool__pool_close(all_threads);
+    cupool__closer = false;
+}
+
+/*
+ * Process exit (exit(), return from main, quick_exit()). Registered right after cuInit, so it
+ * runs before the exit handlers of the driver and of anything initialised later. From here on
+ * cupool calls no driver function (other threads' calls in flight are waited for): handles
+ * are left to the process's end, unless CUPOOL_DESTROY_ON_EXIT=1 asks to destroy the idle
+ * ones now, while the driver still answers.
+ * When the library is dlclose()d, its destructor (at_unload) runs first and this handler
+ * finds UNLOADED.
+ */
 static void at_exit(void)
 {
     int st = cupool__state_now();
-    if (st == CUPOOL_ST_FORKED)
+    if (st == CUPOOL_ST_FORKED || st == CUPOOL_ST_UNLOADED || st == CUPOOL_ST_EXITING)
         return;
-    atomic_store(&cupool__state, CUPOOL_ST_EXITING);
+    int prev = leave_state(CUPOOL_ST_EXITING);
+    if (cupool__cfg.destroy_on_exit)
+        close_pools(prev, false);
     print_stats_at_exit();
 }
 
-/* dlclose() of the library (and the end of the process): nothing of cupool may run later. */
+/*
+ * The library's destructor. At process exit it runs after at_exit (EXITING): other threads
+ * may still be running, so it only removes the thread-exit hook. Any other state means
+ * dlclose(): no thread may be inside the library (the caller's duty), so every idle handle is
+ * destroyed (if the driver still answers), every byte freed, the driver reference dropped.
+ * Handles callers still hold stay theirs: they are neither destroyed nor tracked any more.
+ */
 __attribute__((destructor)) static void at_unload(void)
 {
-    if (cupool__state_now() != CUPOOL_ST_UNINIT)
-        atomic_store(&cupool__state, CUPOOL_ST_EXITING);
+    int st = cupool__state_now();
+    if (st == CUPOOL_ST_EXITING || st == CUPOOL_ST_UNLOADED) {
+        cupool__pool_unload();
+        return;
+    }
+    int prev = leave_state(CUPOOL_ST_UNLOADED);
+    close_pools(prev, true);
+    if (prev != CUPOOL_ST_UNINIT && prev != CUPOOL_ST_FORKED)
+        print_stats_at_exit();
     cupool__pool_unload();
+    cupool__alloc_release_all();
+    cupool__driver_unload();
 }
 
 static void at_fork_child(void)
@@ -80,15 +132,40 @@ static void at_fork_child(void)
     atomic_store(&cupool__state, CUPOOL_ST_FORKED);
 }
 
+static int membarrier_cmd; /* 0: none available */
+
+void cupool__membarrier_register(void)
+{
+#ifdef SYS_membarrier
+    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+        membarrier_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
+    else if (cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL))
+        membarrier_cmd = MEMBARRIER_CMD_GLOBAL;
+#endif
+}
+
+void cupool__membarrier(void)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+#ifdef SYS_membarrier
+    if (membarrier_cmd)
+        syscall(SYS_membarrier, membarrier_cmd, 0, 0);
+#endif
+}
+
 static void init_once_fn(void)
 {
     cupool__config_load();
     cupool__pool_init();
+    cupool__membarrier_register();
     pthread_atfork(NULL, NULL, at_fork_child);
     init_result = cupool__driver_load(cupool__cfg.driver_path, init_message, sizeof(init_message));
     /* After cuInit: exit handlers run last-registered first, so cupool's runs before any the
      * driver registered while initialising. */
     atexit(at_exit);
+    at_quick_exit(at_exit);
     if (init_result != CUDA_SUCCESS) {
         cupool__log(CUPOOL_LOG_INFO, "%s", init_message);
         atomic_store(&cupool__state, CUPOOL_ST_FAILED);
@@ -124,6 +201,8 @@ CUresult cupool__enter(void)
         return cupool__fail(CUDA_ERROR_NOT_PERMITTED,
                             "this process is a child forked after cupool was initialised: CUDA "
                             "state cannot be used across fork(); exec or initialise before forking");
+    case CUPOOL_ST_UNLOADED:
+        return cupool__fail(CUDA_ERROR_DEINITIALIZED, "the library is being unloaded");
     default:
         return cupool__fail(CUDA_ERROR_UNKNOWN, "cupool in unknown state %d", st);
     }

@@ -2,7 +2,8 @@
 /*
  * Lifecycle: UNINIT -> RUNNING (or PASSTHROUGH with CUPOOL_DISABLE=1, or FAILED when the driver
  * cannot be loaded) -> EXITING (atexit) / DEAD (the driver said CUDA_ERROR_DEINITIALIZED);
- * FORKED in a child created after initialisation. Only RUNNING takes the fast paths; every
+ * FORKED in a child created after initialisation; UNLOADED while dlclose() takes it down.
+ * Only RUNNING takes the fast paths; every
  * other state is handled on the slow path, so the fast path checks one relaxed load.
  */
 #ifndef CUPOOL_LIFECYCLE_H
@@ -16,7 +17,8 @@ enum cupool__state {
     CUPOOL_ST_FAILED,      /* driver could not be loaded: every call returns the load error */
     CUPOOL_ST_EXITING,     /* process exit has begun: no driver call ever again */
     CUPOOL_ST_DEAD,        /* driver reported CUDA_ERROR_DEINITIALIZED: no driver call again */
-    CUPOOL_ST_FORKED       /* child of fork() after initialisation: nothing works, by design */
+    CUPOOL_ST_FORKED,      /* child of fork() after initialisation: nothing works, by design */
+    CUPOOL_ST_UNLOADED     /* the library is being unloaded (dlclose) */
 };
 
 extern _Atomic int cupool__state;
@@ -36,5 +38,11 @@ CUresult cupool__enter(void);
 /* Records what a driver call returned: CUDA_ERROR_DEINITIALIZED moves the library to DEAD.
  * Returns `result`. */
 CUresult cupool__driver_result(CUresult result);
+
+/* Registers for membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED); once, at initialisation. */
+void cupool__membarrier_register(void);
+/* A memory barrier on every thread of the process that is running now (membarrier(2)); the
+ * global variant, or nothing, where the kernel does not offer it. */
+void cupool__membarrier(void);
 
 #endif

@@ -26,8 +26,11 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
+CUPOOL_TLS_IE bool cupool__closer;
+_Atomic uint32_t cupool__drv_anon;
 
 static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
@@ -225,7 +228,7 @@ static void class_mark_dead(struct cupool__class *cls)
 static bool driver_usable(void)
 {
     int st = cupool__state_now();
-    return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH;
+    return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH || cupool__closer;
 }
 
 /* What a check of a class's context found. */
@@ -246,7 +249,7 @@ static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
         return CTX_UNKNOWN;
     }
     unsigned long long id = 0;
-    CUresult r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
+    CUresult r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id)));
     if (r == CUDA_SUCCESS && id == cls->ctx_id)
         return CTX_ALIVE;
     if (r == CUDA_SUCCESS || r == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
@@ -302,7 +305,7 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
         handle_forget(cls, rec);
         return CUDA_SUCCESS;
     }
-    CUresult r = cupool__driver_result(cls->ops->destroy(h));
+    CUresult r = cupool__driver_result(CUPOOL_DRV(cls->ops->destroy(h)));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h,
                             cls->ctx_id);
@@ -426,7 +429,7 @@ static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
     unsigned long long id = 0;
     g->pushed = false;
     g->prev = NULL;
-    if (cupool__drv.cuCtxGetId(NULL, &id) == CUDA_SUCCESS && id == cls->ctx_id)
+    if (CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id)) == CUDA_SUCCESS && id == cls->ctx_id)
         return CUDA_SUCCESS;
     CUresult err = CUDA_SUCCESS;
     switch (class_ctx_check(cls, &err)) {
@@ -439,8 +442,8 @@ static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
     case CTX_ALIVE:
         break;
     }
-    cupool__drv.cuCtxGetCurrent(&g->prev);
-    CUresult r = cupool__driver_result(cupool__drv.cuCtxPushCurrent(cls->ctx));
+    CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&g->prev));
+    CUresult r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(cls->ctx)));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuCtxPushCurrent(context %llu) failed", cls->ctx_id);
     g->pushed = true;
@@ -450,10 +453,10 @@ static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
 static void ctx_leave(const struct ctx_guard *g)
 {
     CUcontext popped;
-    if (!g->pushed || cupool__drv.cuCtxPopCurrent(&popped) == CUDA_SUCCESS)
+    if (!g->pushed || CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) == CUDA_SUCCESS)
         return;
     /* The pop failed: put the caller's context back by other means. */
-    if (cupool__drv.cuCtxSetCurrent(g->prev) != CUDA_SUCCESS)
+    if (CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(g->prev)) != CUDA_SUCCESS)
         cupool__log(CUPOOL_LOG_WARN, "could not restore the caller's current context after a "
                                      "pool's creation (cuCtxPopCurrent and cuCtxSetCurrent failed)");
 }
@@ -469,14 +472,14 @@ static CUresult handle_create(struct cupool__class *cls, bool ctx_current, uint3
             return r;
     }
     void *h = NULL;
-    CUresult r = cupool__driver_result(cls->ops->create(cls, &h));
+    CUresult r = cupool__driver_result(CUPOOL_DRV(cls->ops->create(cls, &h)));
     ctx_leave(&g);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "creating a %s (flags 0x%x) in context %llu failed",
                             cls->ops->name, cls->flags, cls->ctx_id);
     struct cupool__handle *rec = cupool__registry_insert(h, cls, state);
     if (!rec) {
-        cls->ops->destroy(h);
+        CUPOOL_DRV(cls->ops->destroy(h));
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to register a new %s",
                             cls->ops->name);
     }
@@ -548,7 +551,7 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
     bool ctx_current = ctx == NULL;
     CUresult r;
     if (ctx_current) {
-        r = cupool__driver_result(cupool__drv.cuCtxGetCurrent(&ctx));
+        r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx)));
         if (r != CUDA_SUCCESS)
             return cupool__fail(r, "cuCtxGetCurrent failed");
         if (!ctx)
@@ -651,7 +654,7 @@ static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
     }
     CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = cupool__drv.cuStreamIsCapturing(h, &status);
+    CUresult r = CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(h, &status));
     if (CUPOOL_LIKELY(r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE))
         return 0;
     if (r == CUDA_SUCCESS) {
@@ -761,7 +764,7 @@ __attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__c
 {
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    if (cupool__drv.cuStreamIsCapturing(h, &cs) != CUDA_SUCCESS ||
+    if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(h, &cs)) != CUDA_SUCCESS ||
         cs != CU_STREAM_CAPTURE_STATUS_NONE)
         return acquire_general(cls, true, out); /* pops it again and disposes of it */
     s->count--;
@@ -908,7 +911,7 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
                                     struct cupool__class *expect, void *h, uint32_t idle_state)
 {
     int st = cupool__state_now();
-    if (st == CUPOOL_ST_EXITING || st == CUPOOL_ST_DEAD)
+    if (st == CUPOOL_ST_EXITING || st == CUPOOL_ST_DEAD || st == CUPOOL_ST_UNLOADED)
         return CUDA_SUCCESS; /* the handle is left to the dying driver */
     if (st != CUPOOL_ST_PASSTHROUGH) {
         CUresult r = cupool__enter();
@@ -983,7 +986,7 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
             return r;
     }
     unsigned long long id;
-    CUresult r = cupool__drv.cuCtxGetId(NULL, &id);
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
     if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS)) {
         cupool__driver_result(r);
         if (r == CUDA_ERROR_INVALID_CONTEXT)
@@ -1079,7 +1082,7 @@ static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, uns
     if (r != CUDA_SUCCESS)
         return r;
     unsigned long long id;
-    r = cupool__driver_result(cupool__drv.cuCtxGetId(ctx, &id));
+    r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id)));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, ctx ? "cuCtxGetId(%p) failed" : "no usable current context (%p)",
                             (void *)ctx);
@@ -1183,6 +1186,71 @@ static CUresult trim_class(struct cupool__class *cls)
         cupool__mag_put(m);
     }
     return first;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Exit and unload                                                                          */
+/* ---------------------------------------------------------------------------------------- */
+
+static uint64_t monotonic_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static bool wait_zero(_Atomic uint32_t *c, uint64_t deadline)
+{
+    while (atomic_load_explicit(c, CUPOOL_ACQUIRE) != 0) {
+        if (monotonic_ns() > deadline)
+            return false;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+void cupool__pool_quiesce(void)
+{
+    cupool__membarrier();
+    uint64_t deadline = monotonic_ns() + 1000000000u;
+    struct cupool__tcache *self = cupool__tl;
+    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+        if (tc != self && !wait_zero(&tc->in_driver, deadline))
+            break;
+    wait_zero(&cupool__drv_anon, deadline);
+}
+
+/* Destroys every idle handle of a class: its retire stack and its whole depot. */
+static void close_class(struct cupool__class *cls)
+{
+    drain_retired(cls, 0);
+    struct cupool__magazine *m;
+    while ((m = cupool__stack_pop(&cls->depot)) != NULL) {
+        atomic_fetch_sub_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
+        destroy_items(cls, m, m->count);
+        if (m->count) {
+            /* the driver refused: leave the rest to the process */
+            atomic_fetch_add_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
+            cupool__stack_push(&cls->depot, m);
+            break;
+        }
+        cupool__mag_put(m);
+    }
+}
+
+void cupool__pool_close(bool all_threads)
+{
+    if (all_threads) {
+        for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+            tcache_flush(tc);
+    } else if (cupool__tl) {
+        tcache_flush(cupool__tl);
+    }
+    for (struct cupool__class *c = cupool__classes(); c; c = c->next) {
+        /* handles over the cap went to the retire stack: the whole depot goes either way */
+        close_class(c);
+    }
 }
 
 CUresult cupool_trim(void)

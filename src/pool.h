@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "magazine.h"
 #include "registry.h"
+#include "lifecycle.h"
 
 #define CUPOOL_ERRMSG_MAX 512
 #define CUPOOL_CLASS_MAGIC 0x63706f6cu /* "cpol": checks explicit pool arguments */
@@ -96,10 +97,74 @@ struct cupool__tcache {
     struct cupool__handle *last;
     struct cupool__tcache *next;
     _Atomic int active;
+    /* Driver calls this thread has in flight (cupool__drv_begin): written by its thread with a
+     * plain store, read by cupool__pool_quiesce() at exit and unload. */
+    _Atomic uint32_t in_driver;
     char errmsg[CUPOOL_ERRMSG_MAX];
 };
 
 extern CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
+
+/* ---- Driver-call guard ----
+ * Every driver call cupool makes is bracketed by cupool__drv_begin()/_end() (CUPOOL_DRV), so
+ * that once the process starts exiting (or the library is unloaded) no new call starts and
+ * the ones in flight are waited for before the driver's own exit handlers run. The calling
+ * side costs a plain store, a compiler barrier and a load; the exiting side pays for the
+ * ordering with membarrier(2) (an asymmetric Dekker handshake, as in userspace RCU). */
+extern _Atomic uint32_t cupool__drv_anon;     /* calls in flight on threads without a cache */
+extern CUPOOL_TLS_IE bool cupool__closer;     /* this thread is closing the library */
+
+static inline void cupool__drv_end(_Atomic uint32_t *c)
+{
+    if (CUPOOL_UNLIKELY(c == &cupool__drv_anon))
+        atomic_fetch_sub(c, 1);
+    else
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
+}
+
+/* Marks a driver call in flight; NULL when the driver may not be called any more (exit,
+ * unload, fork, driver torn down). */
+static inline _Atomic uint32_t *cupool__drv_begin(void)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    _Atomic uint32_t *c;
+    if (CUPOOL_LIKELY(tc != NULL)) {
+        c = &tc->in_driver;
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
+        atomic_signal_fence(memory_order_seq_cst); /* the CPU side is membarrier's job */
+    } else {
+        c = &cupool__drv_anon;
+        atomic_fetch_add(c, 1);
+    }
+    int st = cupool__state_now();
+    if (CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) || cupool__closer)
+        return c;
+    cupool__drv_end(c);
+    return NULL;
+}
+
+/* Evaluates a driver call under the guard; CUDA_ERROR_DEINITIALIZED without calling when the
+ * driver may no longer be called. */
+#define CUPOOL_DRV(call)                                                                    \
+    __extension__({                                                                         \
+        _Atomic uint32_t *drv_guard_ = cupool__drv_begin();                                 \
+        CUresult drv_r_ = CUDA_ERROR_DEINITIALIZED;                                         \
+        if (drv_guard_) {                                                                   \
+            drv_r_ = (call);                                                                \
+            cupool__drv_end(drv_guard_);                                                    \
+        }                                                                                   \
+        drv_r_;                                                                             \
+    })
+
+/* Waits (at most about a second) until no other thread has a driver call in flight. The
+ * caller has already moved the state out of RUNNING/PASSTHROUGH, so none can start. */
+void cupool__pool_quiesce(void);
+
+/* Destroys idle handles while the driver still answers (the caller is the closer): those of
+ * every thread when `all_threads` (unload: no thread may be inside the library), else the
+ * calling thread's and the depots' (exit: other threads may still be running). Handles of
+ * contexts that are gone are forgotten without a driver call. */
+void cupool__pool_close(bool all_threads);
 
 /* The calling thread's cache, registering it (and its exit hook) first if needed; NULL only
  * when out of memory. */

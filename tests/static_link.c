@@ -26,7 +26,7 @@ int main(void)
     FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
     cupool_stats_print(f);
     fclose(f);
-    if (!strstr(buf, "metadata from libc")) {
+    if (!strstr(buf, "bytes from libc")) {
         fprintf(stderr, "static_link: expected libc metadata: %s\n", buf);
         return 1;
     }
