@@ -471,6 +471,8 @@ static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
  * Handle pools
  * ======================================================================================== */
 
+static _Atomic size_t slab_bytes; /* all handle tables' slabs (bytes); they never shrink */
+
 /* A zeroed element (header set, state LIVE), or NULL when out of memory. */
 static void *pool_get(struct fc_pool *p)
 {
@@ -489,6 +491,7 @@ static void *pool_get(struct fc_pool *p)
             char *s = calloc(n, p->size);
             if (!s)
                 return NULL;
+            slab_bytes += n * p->size;
             p->slab[p->nslabs] = s;
             p->slab_len[p->nslabs] = n;
             p->nslabs++;
@@ -2750,4 +2753,9 @@ int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_
     k->fn = fn;
     unlock();
     return 0;
+}
+
+size_t fakecuda_slab_bytes(void)
+{
+    return slab_bytes;
 }

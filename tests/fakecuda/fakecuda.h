@@ -50,6 +50,11 @@ extern "C" {
 int fakecuda_live_streams(void);
 int fakecuda_live_events(void);
 
+/** Bytes of host memory in the simulation's handle tables: they grow as handles are created
+ *  (destroyed events are held back before reuse, as the real driver does not reuse their
+ *  values at once) and never shrink. Lets a test tell the driver's memory from its own. */
+size_t fakecuda_slab_bytes(void);
+
 /** Number of calls made to an entry point, by its base name without _v2/_ptsz suffixes
  *  (e.g. "cuStreamCreateWithPriority", "cuStreamDestroy"), since load or the last reset. */
 unsigned long fakecuda_calls(const char *entry);
