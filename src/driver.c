@@ -32,7 +32,7 @@ static CUresult resolve(const char *symbol, int version, void **pfn, char *msg, 
     if (r != CUDA_SUCCESS) {
         snprintf(msg, msglen, "cuGetProcAddress_v2(\"%s\", %d) in %s returned %s", symbol,
                  version, cupool__drv.path, cupool_result_name(r));
-        return r == CUDA_ERROR_STUB_LIBRARY ? r : CUDA_ERROR_NOT_SUPPORTED;
+        return r; /* the stub's CUDA_ERROR_STUB_LIBRARY, or a failure worth retrying */
     }
     if (status != CU_GET_PROC_ADDRESS_SUCCESS || !p) {
         snprintf(msg, msglen, "cuGetProcAddress_v2(\"%s\", %d) in %s: %s", symbol, version,
@@ -87,7 +87,13 @@ CUresult cupool__driver_load(const char *path, char *msg, size_t msglen)
     CUPOOL_DRIVER_ENTRIES(X)
 #undef X
     r = cupool__drv.cuDriverGetVersion(&cupool__drv.version);
-    if (r == CUDA_SUCCESS && cupool__drv.version < 12000) {
+    if (r != CUDA_SUCCESS) {
+        snprintf(msg, msglen, "cuDriverGetVersion in %s returned %s", cupool__drv.path,
+                 cupool_result_name(r));
+        dlclose(h);
+        return r;
+    }
+    if (cupool__drv.version < 12000) {
         snprintf(msg, msglen, "%s reports CUDA %d.%d; cupool needs a CUDA 12.0 (R525) driver or newer",
                  cupool__drv.path, cupool__drv.version / 1000, cupool__drv.version % 1000 / 10);
         dlclose(h);

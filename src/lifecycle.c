@@ -32,7 +32,6 @@
 
 _Atomic int cupool__state = CUPOOL_ST_UNINIT;
 
-static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static char init_message[CUPOOL_ERRMSG_MAX] = "not initialised";
 
@@ -155,22 +154,68 @@ void cupool__membarrier(void)
 #endif
 }
 
-static void init_once_fn(void)
+/* Failures that another attempt cannot cure: no driver library, the stub, a library that is
+ * not a driver or too old, no usable device. Anything else (out of memory, a driver that
+ * answered oddly once) is retried by the next call. */
+static bool init_failure_is_permanent(CUresult r)
 {
-    cupool__config_load();
-    cupool__pool_init();
-    cupool__membarrier_register();
-    pthread_atfork(NULL, NULL, at_fork_child);
-    init_result = cupool__driver_load(cupool__cfg.driver_path, init_message, sizeof(init_message));
-    /* After cuInit: exit handlers run last-registered first, so cupool's runs before any the
-     * driver registered while initialising. */
+    switch ((int)r) {
+    case CUDA_ERROR_NOT_INITIALIZED: /* dlopen failed (or a forked child's driver) */
+    case CUDA_ERROR_NOT_SUPPORTED:   /* not a driver, too old, an entry point missing */
+    case CUDA_ERROR_STUB_LIBRARY:
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case 803: /* CUDA_ERROR_SYSTEM_DRIVER_MISMATCH */
+    case 804: /* CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE */
+        return true;
+    default:
+        return false;
+    }
+}
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic bool init_permanent; /* FAILED for good */
+
+static void register_exit_handlers(void)
+{
+    static bool done;
+    if (done)
+        return;
+    done = true;
     atexit(at_exit);
     at_quick_exit(at_exit);
+}
+
+/* One initialisation attempt, under init_lock: the first one reads the configuration; a
+ * failed one that may succeed later leaves FAILED with init_permanent unset. */
+static void init_attempt(void)
+{
+    static bool configured;
+    int st = cupool__state_now();
+    if (st != CUPOOL_ST_UNINIT && (st != CUPOOL_ST_FAILED || init_permanent))
+        return;
+    if (!configured) {
+        configured = true;
+        cupool__config_load();
+        cupool__pool_init();
+        cupool__membarrier_register();
+        pthread_atfork(NULL, NULL, at_fork_child);
+    }
+    init_result = cupool__driver_load(cupool__cfg.driver_path, init_message, sizeof(init_message));
     if (init_result != CUDA_SUCCESS) {
-        cupool__log(CUPOOL_LOG_INFO, "%s", init_message);
+        init_permanent = init_failure_is_permanent(init_result);
+        cupool__log(CUPOOL_LOG_INFO, "%s%s", init_message,
+                    init_permanent ? "" : " (tried again at the next call)");
+        /* A permanent failure will never call the driver: the exit handler only prints the
+         * statistics. A transient one registers it at the attempt that succeeds. */
+        if (init_permanent)
+            register_exit_handlers();
         atomic_store(&cupool__state, CUPOOL_ST_FAILED);
         return;
     }
+    /* After cuInit: exit handlers run last-registered first, so cupool's runs before any the
+     * driver registered while initialising. */
+    register_exit_handlers();
     cupool__log(CUPOOL_LOG_INFO, "driver %s (CUDA %d.%d), metadata from %s%s", cupool__drv.path,
                 cupool__drv.version / 1000, cupool__drv.version % 1000 / 10, cupool__alloc_name(),
                 cupool__cfg.disable ? ", pooling disabled (CUPOOL_DISABLE)" : "");
@@ -180,16 +225,24 @@ static void init_once_fn(void)
 CUresult cupool__enter(void)
 {
     int st = cupool__state_now();
-    if (CUPOOL_UNLIKELY(st == CUPOOL_ST_UNINIT)) {
-        pthread_once(&init_once, init_once_fn);
+    if (CUPOOL_UNLIKELY(st == CUPOOL_ST_UNINIT || (st == CUPOOL_ST_FAILED && !init_permanent))) {
+        pthread_mutex_lock(&init_lock);
+        init_attempt();
+        pthread_mutex_unlock(&init_lock);
         st = cupool__state_now();
     }
     switch (st) {
     case CUPOOL_ST_RUNNING:
     case CUPOOL_ST_PASSTHROUGH:
         return CUDA_SUCCESS;
-    case CUPOOL_ST_FAILED:
-        return cupool__fail(init_result, "%s", init_message);
+    case CUPOOL_ST_FAILED: {
+        pthread_mutex_lock(&init_lock);
+        CUresult r = init_result;
+        char msg[CUPOOL_ERRMSG_MAX];
+        snprintf(msg, sizeof(msg), "%s", init_message);
+        pthread_mutex_unlock(&init_lock);
+        return cupool__fail(r, "%s", msg);
+    }
     case CUPOOL_ST_EXITING:
         return cupool__fail(CUDA_ERROR_DEINITIALIZED,
                             "the process is exiting: cupool no longer calls the driver");
@@ -208,16 +261,15 @@ CUresult cupool__enter(void)
     }
 }
 
-CUresult cupool__driver_result(CUresult result)
+void cupool__driver_died(void)
 {
-    if (CUPOOL_UNLIKELY(result == CUDA_ERROR_DEINITIALIZED)) {
-        int expected = CUPOOL_ST_RUNNING;
-        if (!atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD)) {
-            expected = CUPOOL_ST_PASSTHROUGH;
-            atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD);
-        }
+    int expected = CUPOOL_ST_RUNNING;
+    if (!atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD)) {
+        expected = CUPOOL_ST_PASSTHROUGH;
+        atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD);
     }
-    return result;
+    cupool__log(CUPOOL_LOG_INFO, "the driver returned CUDA_ERROR_DEINITIALIZED: cupool will not "
+                                 "call it again");
 }
 
 CUresult cupool_init(void)

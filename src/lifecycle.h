@@ -35,9 +35,17 @@ static inline int cupool__state_now(void)
  */
 CUresult cupool__enter(void);
 
+/* The driver said CUDA_ERROR_DEINITIALIZED: RUNNING or PASSTHROUGH become DEAD. */
+void cupool__driver_died(void);
+
 /* Records what a driver call returned: CUDA_ERROR_DEINITIALIZED moves the library to DEAD.
- * Returns `result`. */
-CUresult cupool__driver_result(CUresult result);
+ * Returns `result`. Every guarded call (CUPOOL_DRV) goes through it. */
+static inline CUresult cupool__driver_result(CUresult result)
+{
+    if (CUPOOL_UNLIKELY(result == CUDA_ERROR_DEINITIALIZED))
+        cupool__driver_died();
+    return result;
+}
 
 /* Registers for membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED); once, at initialisation. */
 void cupool__membarrier_register(void);

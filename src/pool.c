@@ -249,7 +249,7 @@ static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
         return CTX_UNKNOWN;
     }
     unsigned long long id = 0;
-    CUresult r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id)));
+    CUresult r = (CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id)));
     if (r == CUDA_SUCCESS && id == cls->ctx_id)
         return CTX_ALIVE;
     if (r == CUDA_SUCCESS || r == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
@@ -305,7 +305,7 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
         handle_forget(cls, rec);
         return CUDA_SUCCESS;
     }
-    CUresult r = cupool__driver_result(CUPOOL_DRV(cls->ops->destroy(h)));
+    CUresult r = (CUPOOL_DRV(cls->ops->destroy(h)));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h,
                             cls->ctx_id);
@@ -442,8 +442,10 @@ static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
     case CTX_ALIVE:
         break;
     }
-    CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&g->prev));
-    CUresult r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(cls->ctx)));
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&g->prev));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuCtxGetCurrent failed");
+    r = CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(cls->ctx));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuCtxPushCurrent(context %llu) failed", cls->ctx_id);
     g->pushed = true;
@@ -472,7 +474,7 @@ static CUresult handle_create(struct cupool__class *cls, bool ctx_current, uint3
             return r;
     }
     void *h = NULL;
-    CUresult r = cupool__driver_result(CUPOOL_DRV(cls->ops->create(cls, &h)));
+    CUresult r = (CUPOOL_DRV(cls->ops->create(cls, &h)));
     ctx_leave(&g);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "creating a %s (flags 0x%x) in context %llu failed",
@@ -519,13 +521,16 @@ static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
 /* Classes                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
+/* The live class of these parameters. A class retired while its context id still answers (the
+ * driver said the context was gone, then it answered again) is replaced, not reused. */
 static struct cupool__class *class_find(const struct cupool__class_ops *ops,
                                         unsigned long long ctx_id, unsigned int flags,
                                         int priority, struct cupool__class *stop)
 {
     for (struct cupool__class *c = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE); c != stop;
          c = c->next)
-        if (c->ops == ops && c->ctx_id == ctx_id && c->flags == flags && c->priority == priority)
+        if (c->ops == ops && c->ctx_id == ctx_id && c->flags == flags &&
+            c->priority == priority && atomic_load_explicit(&c->alive, CUPOOL_RELAXED))
             return c;
     return NULL;
 }
@@ -551,7 +556,7 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
     bool ctx_current = ctx == NULL;
     CUresult r;
     if (ctx_current) {
-        r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx)));
+        r = (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx)));
         if (r != CUDA_SUCCESS)
             return cupool__fail(r, "cuCtxGetCurrent failed");
         if (!ctx)
@@ -666,7 +671,6 @@ static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
             handle_forget(cls, rec);
         return 1;
     }
-    cupool__driver_result(r);
     if (error_is_sticky(r)) {
         handle_forget(cls, rec);
         *err = cupool__fail(r, "the context (id %llu) of stream %p is broken", cls->ctx_id,
@@ -988,7 +992,6 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
     unsigned long long id;
     CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
     if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS)) {
-        cupool__driver_result(r);
         if (r == CUDA_ERROR_INVALID_CONTEXT)
             return cupool__fail(r, "no current context: make one current (cuCtxSetCurrent, "
                                    "cudaSetDevice) before acquiring a %s", ops->name);
@@ -1082,7 +1085,7 @@ static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, uns
     if (r != CUDA_SUCCESS)
         return r;
     unsigned long long id;
-    r = cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id)));
+    r = (CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id)));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, ctx ? "cuCtxGetId(%p) failed" : "no usable current context (%p)",
                             (void *)ctx);

@@ -143,14 +143,15 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
     return NULL;
 }
 
-/* Evaluates a driver call under the guard; CUDA_ERROR_DEINITIALIZED without calling when the
- * driver may no longer be called. */
+/* Evaluates a driver call under the guard, recording CUDA_ERROR_DEINITIALIZED (which moves
+ * the library to DEAD); returns CUDA_ERROR_DEINITIALIZED without calling when the driver may
+ * no longer be called. */
 #define CUPOOL_DRV(call)                                                                    \
     __extension__({                                                                         \
         _Atomic uint32_t *drv_guard_ = cupool__drv_begin();                                 \
         CUresult drv_r_ = CUDA_ERROR_DEINITIALIZED;                                         \
         if (drv_guard_) {                                                                   \
-            drv_r_ = (call);                                                                \
+            drv_r_ = cupool__driver_result(call);                                           \
             cupool__drv_end(drv_guard_);                                                    \
         }                                                                                   \
         drv_r_;                                                                             \

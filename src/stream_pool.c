@@ -30,7 +30,7 @@ CUresult cupool__stream_priority_clamp(int requested, int *clamped)
 {
     int least = 0, greatest = 0;
     CUresult r =
-        cupool__driver_result(CUPOOL_DRV(cupool__drv.cuCtxGetStreamPriorityRange(&least, &greatest)));
+        (CUPOOL_DRV(cupool__drv.cuCtxGetStreamPriorityRange(&least, &greatest)));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuCtxGetStreamPriorityRange failed");
     /* greatest is numerically the lowest (e.g. -5), least the highest (0) */

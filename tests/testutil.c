@@ -29,6 +29,10 @@ void tu_resolve(void)
     RESOLVE(cuCtxGetCurrent, "cuCtxGetCurrent", 4000);
     RESOLVE(cuCtxGetId, "cuCtxGetId", 12000);
     RESOLVE(cuCtxSynchronize, "cuCtxSynchronize", 2000);
+    RESOLVE(cuCtxCreate, "cuCtxCreate", 3020);
+    RESOLVE(cuCtxDestroy, "cuCtxDestroy", 4000);
+    RESOLVE(cuCtxPushCurrent, "cuCtxPushCurrent", 4000);
+    RESOLVE(cuCtxPopCurrent, "cuCtxPopCurrent", 4000);
     RESOLVE(cuStreamCreate, "cuStreamCreate", 2000);
     RESOLVE(cuStreamDestroy, "cuStreamDestroy", 4000);
     RESOLVE(cuStreamQuery, "cuStreamQuery", 2000);
@@ -64,6 +68,7 @@ void tu_resolve(void)
     *(void **)&tu_fake.fault_clear = dlsym(h, "fakecuda_fault_clear");
     *(void **)&tu_fake.teardown = dlsym(h, "fakecuda_teardown");
     *(void **)&tu_fake.set_strict_teardown = dlsym(h, "fakecuda_set_strict_teardown");
+    *(void **)&tu_fake.poison_context = dlsym(h, "fakecuda_poison_context");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);
 }

@@ -30,6 +30,10 @@ struct tu_driver {
     CUresult (*cuCtxGetCurrent)(CUcontext *);
     CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
     CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuCtxCreate)(CUcontext *, unsigned int, CUdevice);
+    CUresult (*cuCtxDestroy)(CUcontext);
+    CUresult (*cuCtxPushCurrent)(CUcontext);
+    CUresult (*cuCtxPopCurrent)(CUcontext *);
     CUresult (*cuStreamCreate)(CUstream *, unsigned int);
     CUresult (*cuStreamDestroy)(CUstream);
     CUresult (*cuStreamQuery)(CUstream);
@@ -67,6 +71,7 @@ struct tu_fake {
     void (*fault_clear)(void);
     void (*teardown)(void);
     void (*set_strict_teardown)(int);
+    void (*poison_context)(CUcontext, CUresult);
 };
 extern struct tu_fake tu_fake;
 
