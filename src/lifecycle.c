@@ -145,13 +145,14 @@ void cupool__membarrier_register(void)
 #endif
 }
 
-void cupool__membarrier(void)
+bool cupool__membarrier(void)
 {
     atomic_thread_fence(memory_order_seq_cst);
 #ifdef SYS_membarrier
-    if (membarrier_cmd)
-        syscall(SYS_membarrier, membarrier_cmd, 0, 0);
+    if (membarrier_cmd && syscall(SYS_membarrier, membarrier_cmd, 0, 0) == 0)
+        return true;
 #endif
+    return false;
 }
 
 /* Failures that another attempt cannot cure: no driver library, the stub, a library that is

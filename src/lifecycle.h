@@ -49,8 +49,9 @@ static inline CUresult cupool__driver_result(CUresult result)
 
 /* Registers for membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED); once, at initialisation. */
 void cupool__membarrier_register(void);
-/* A memory barrier on every thread of the process that is running now (membarrier(2)); the
- * global variant, or nothing, where the kernel does not offer it. */
-void cupool__membarrier(void);
+/* A memory barrier on every thread of the process that is running now (membarrier(2), or its
+ * global variant). Returns false where the kernel offers neither: then only this thread's
+ * fence was issued. */
+bool cupool__membarrier(void);
 
 #endif

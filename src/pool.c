@@ -31,6 +31,7 @@
 CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
 CUPOOL_TLS_IE bool cupool__closer;
 _Atomic uint32_t cupool__drv_anon;
+_Atomic uint32_t cupool__reg_anon;
 
 static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
@@ -925,7 +926,7 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
             return release_general(ops, expect, h, idle_state);
     }
     /* CUPOOL_DISABLE: validate exactly as when pooling, then destroy. */
-    struct cupool__handle *rec = cupool__registry_lookup(h);
+    struct cupool__handle *rec = cupool__reg_read(cupool__tl, h);
     struct cupool__class *cls = NULL;
     if (!release_ok(ops, expect, rec, &cls))
         return release_refused(ops, expect, h, rec);
@@ -943,7 +944,7 @@ __attribute__((noinline)) static CUresult release_general(const struct cupool__c
 {
     if (cupool__state_now() != CUPOOL_ST_RUNNING)
         return release_other_state(ops, expect, h, idle_state);
-    struct cupool__handle *rec = cupool__registry_lookup(h);
+    struct cupool__handle *rec = cupool__reg_read(cupool__tl, h);
     struct cupool__class *cls = NULL;
     if (!release_ok(ops, expect, rec, &cls))
         return release_refused(ops, expect, h, rec);
@@ -958,7 +959,7 @@ __attribute__((always_inline)) static inline CUresult release_handle(
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = tc ? tc->last : NULL;
     if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
-        rec = cupool__registry_lookup(h);
+        rec = cupool__reg_read(tc, h);
     /* Everything the decision needs is in the record's own cache line. A handle of a context
      * known to be gone may land in its dead class's magazine here: harmless, a dead class
      * hands nothing out, and trim forgets its handles without a driver call. */
@@ -1211,6 +1212,18 @@ static bool wait_zero(_Atomic uint32_t *c, uint64_t deadline)
         nanosleep(&ts, NULL);
     }
     return true;
+}
+
+bool cupool__registry_grace(void)
+{
+    if (!cupool__membarrier())
+        return false;
+    uint64_t deadline = monotonic_ns() + 10000000u;
+    struct cupool__tcache *self = cupool__tl;
+    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+        if (tc != self && !wait_zero(&tc->in_registry, deadline))
+            return false;
+    return wait_zero(&cupool__reg_anon, deadline);
 }
 
 void cupool__pool_quiesce(void)

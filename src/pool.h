@@ -100,6 +100,9 @@ struct cupool__tcache {
     /* Driver calls this thread has in flight (cupool__drv_begin): written by its thread with a
      * plain store, read by cupool__pool_quiesce() at exit and unload. */
     _Atomic uint32_t in_driver;
+    /* 1 while this thread reads the registry without its lock (cupool__reg_read), so a
+     * replaced table is freed only once no reader can still be inside it. */
+    _Atomic uint32_t in_registry;
     char errmsg[CUPOOL_ERRMSG_MAX];
 };
 
@@ -156,6 +159,33 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
         }                                                                                   \
         drv_r_;                                                                             \
     })
+
+/* ---- Registry readers ----
+ * Lock-free registry lookups run inside a read section, with the same asymmetric handshake:
+ * a plain store on the reader's side, membarrier(2) on the rare side that frees a replaced
+ * table (cupool__registry_grace). */
+extern _Atomic uint32_t cupool__reg_anon; /* readers without a thread cache */
+
+static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc, const void *h)
+{
+    struct cupool__handle *rec;
+    if (CUPOOL_LIKELY(tc != NULL)) {
+        atomic_store_explicit(&tc->in_registry, 1, CUPOOL_RELAXED);
+        atomic_signal_fence(memory_order_seq_cst);
+        rec = cupool__registry_lookup(h);
+        atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
+    } else {
+        atomic_fetch_add(&cupool__reg_anon, 1);
+        rec = cupool__registry_lookup(h);
+        atomic_fetch_sub(&cupool__reg_anon, 1);
+    }
+    return rec;
+}
+
+/* Called with the registry's lock held, after a new table was published: true once every
+ * reader that might still be inside an older table has left it (waits up to ~10 ms), false
+ * if that cannot be shown (membarrier(2) unavailable, or a reader held up). */
+bool cupool__registry_grace(void);
 
 /* Waits (at most about a second) until no other thread has a driver call in flight. The
  * caller has already moved the state out of RUNNING/PASSTHROUGH, so none can start. */

@@ -8,7 +8,8 @@
 
 /* Writers hold the mutex. The table is rebuilt once live entries plus tombstones pass half
  * of the slots (short probes keep lookups in one or two cache lines), at twice the live count
- * or more; the old table stays allocated (readers may still be inside it) on a retired list.
+ * or more; the old table goes on a retired list until no lock-free reader can be inside it
+ * (readers announce themselves, see cupool__reg_read in pool.h), then it is freed.
  * Writers publish a slot's record before its key (release), readers load the key first
  * (acquire), so a reader that sees a key sees its record. */
 #define TOMBSTONE CUPOOL_REG_TOMBSTONE
@@ -94,6 +95,17 @@ static int reserve(void)
         retired = t;
     }
     atomic_store_explicit(&cupool__reg_current, (uintptr_t)fresh | fresh->bits, CUPOOL_RELEASE);
+    /* Tables replaced so far (this one included) are freed once no lock-free reader can be
+     * inside them; if that cannot be shown now, a later replacement tries again. Without
+     * this, a table would be kept for every rehash that clears tombstones: memory growing with
+     * the number of handles ever created. */
+    if (retired && cupool__registry_grace()) {
+        while (retired) {
+            table_t *next = retired->retired_next;
+            cupool__free(retired, table_bytes(retired->mask + 1));
+            retired = next;
+        }
+    }
     return 0;
 }
 

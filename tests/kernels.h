@@ -6,6 +6,8 @@
  *   addone(u64 p)              *(u32 *)p += 1
  *   set_u32(u64 p, u32 v)      *(u32 *)p = v
  *   add_u32(u64 p, u32 v)      *(u32 *)p += v
+ *   trap()                     executes trap: the context's work fails, for good (a sticky
+ *                              error, as after an illegal address)
  */
 #ifndef CUPOOL_TEST_KERNELS_H
 #define CUPOOL_TEST_KERNELS_H
@@ -59,6 +61,10 @@ static const char tu_kernels_ptx[] =
     "  add.u32 %r3, %r2, %r1;\n"
     "  st.global.u32 [%rd2], %r3;\n"
     "  ret;\n"
+    "}\n"
+    ".visible .entry trap()\n"
+    "{\n"
+    "  trap;\n"
     "}\n";
 
 #endif

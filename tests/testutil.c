@@ -36,6 +36,7 @@ void tu_resolve(void)
     RESOLVE(cuStreamCreate, "cuStreamCreate", 2000);
     RESOLVE(cuStreamDestroy, "cuStreamDestroy", 4000);
     RESOLVE(cuStreamQuery, "cuStreamQuery", 2000);
+    RESOLVE(cuStreamGetCtx, "cuStreamGetCtx", 9020);
     RESOLVE(cuStreamSynchronize, "cuStreamSynchronize", 2000);
     RESOLVE(cuStreamGetFlags, "cuStreamGetFlags", 5050);
     RESOLVE(cuStreamGetPriority, "cuStreamGetPriority", 5050);
@@ -69,6 +70,7 @@ void tu_resolve(void)
     *(void **)&tu_fake.teardown = dlsym(h, "fakecuda_teardown");
     *(void **)&tu_fake.set_strict_teardown = dlsym(h, "fakecuda_set_strict_teardown");
     *(void **)&tu_fake.poison_context = dlsym(h, "fakecuda_poison_context");
+    *(void **)&tu_fake.slab_bytes = dlsym(h, "fakecuda_slab_bytes");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);
 }
@@ -89,6 +91,7 @@ void tu_load_kernels(struct tu_kernels *k)
     TU_OK(tu.cuModuleGetFunction(&k->addone, k->module, "addone"));
     TU_OK(tu.cuModuleGetFunction(&k->set_u32, k->module, "set_u32"));
     TU_OK(tu.cuModuleGetFunction(&k->add_u32, k->module, "add_u32"));
+    TU_OK(tu.cuModuleGetFunction(&k->trap, k->module, "trap"));
 }
 
 void tu_launch1(CUfunction f, CUstream s, void **args)

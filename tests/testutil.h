@@ -37,6 +37,7 @@ struct tu_driver {
     CUresult (*cuStreamCreate)(CUstream *, unsigned int);
     CUresult (*cuStreamDestroy)(CUstream);
     CUresult (*cuStreamQuery)(CUstream);
+    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuStreamGetFlags)(CUstream, unsigned int *);
     CUresult (*cuStreamGetPriority)(CUstream, int *);
@@ -72,6 +73,7 @@ struct tu_fake {
     void (*teardown)(void);
     void (*set_strict_teardown)(int);
     void (*poison_context)(CUcontext, CUresult);
+    size_t (*slab_bytes)(void);
 };
 extern struct tu_fake tu_fake;
 
@@ -88,7 +90,7 @@ void tu_resolve(void);
 /* Test kernels: loads tests/kernels.h into the current context. */
 struct tu_kernels {
     CUmodule module;
-    CUfunction spin, addone, set_u32, add_u32;
+    CUfunction spin, addone, set_u32, add_u32, trap;
 };
 void tu_load_kernels(struct tu_kernels *k);
 void tu_launch1(CUfunction f, CUstream s, void **args);
