@@ -232,37 +232,6 @@ static bool driver_usable(void)
     return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH || cupool__closer;
 }
 
-/* What a check of a class's context found. */
-enum ctx_state { CTX_ALIVE, CTX_GONE, CTX_UNKNOWN };
-
-/*
- * One driver call: is the class's context still the one its handles were made in? Only a
- * changed id, or the driver's own verdict (CUDA_ERROR_CONTEXT_IS_DESTROYED,
- * CUDA_ERROR_INVALID_CONTEXT), retires the class. Any other error is taken as transient:
- * CTX_UNKNOWN, *err set, and the caller keeps every handle as it is.
- */
-static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
-{
-    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
-        return CTX_GONE;
-    if (!driver_usable()) {
-        *err = CUDA_ERROR_DEINITIALIZED;
-        return CTX_UNKNOWN;
-    }
-    unsigned long long id = 0;
-    CUresult r = (CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id)));
-    if (r == CUDA_SUCCESS && id == cls->ctx_id)
-        return CTX_ALIVE;
-    if (r == CUDA_SUCCESS || r == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
-        r == CUDA_ERROR_INVALID_CONTEXT) {
-        class_mark_dead(cls);
-        return CTX_GONE;
-    }
-    *err = cupool__fail(r, "checking context %llu of a %s pool failed", cls->ctx_id,
-                        cls->ops->name);
-    return CTX_UNKNOWN;
-}
-
 /* Errors after which a context is unusable for good (the driver's sticky errors). */
 static bool error_is_sticky(CUresult r)
 {
@@ -282,6 +251,38 @@ static bool error_is_sticky(CUresult r)
     default:
         return false;
     }
+}
+
+/* What a check of a class's context found. */
+enum ctx_state { CTX_ALIVE, CTX_GONE, CTX_UNKNOWN };
+
+/*
+ * One driver call: is the class's context still the one its handles were made in? Only a
+ * changed id, the driver's own verdict (CUDA_ERROR_CONTEXT_IS_DESTROYED,
+ * CUDA_ERROR_INVALID_CONTEXT) or a sticky error (the context is broken for good) retires
+ * the class. Any other error is taken as transient:
+ * CTX_UNKNOWN, *err set, and the caller keeps every handle as it is.
+ */
+static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
+{
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
+        return CTX_GONE;
+    if (!driver_usable()) {
+        *err = CUDA_ERROR_DEINITIALIZED;
+        return CTX_UNKNOWN;
+    }
+    unsigned long long id = 0;
+    CUresult r = (CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id)));
+    if (r == CUDA_SUCCESS && id == cls->ctx_id)
+        return CTX_ALIVE;
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_CONTEXT || error_is_sticky(r)) {
+        /* a new id, the driver's verdict, or a sticky error: no handle of it is usable again */
+        class_mark_dead(cls);
+        return CTX_GONE;
+    }
+    *err = cupool__fail(r, "checking context %llu of a %s pool failed", cls->ctx_id,
+                        cls->ops->name);
+    return CTX_UNKNOWN;
 }
 
 /* Forgets a handle without a driver call (its context is gone, or it is broken). */
@@ -436,7 +437,7 @@ static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
     switch (class_ctx_check(cls, &err)) {
     case CTX_GONE:
         return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                            "the context (id %llu) of this %s pool was destroyed or reset",
+                            "the context (id %llu) of this %s pool is gone (destroyed, reset, or broken by a sticky error)",
                             cls->ctx_id, cls->ops->name);
     case CTX_UNKNOWN:
         return err;
@@ -647,8 +648,8 @@ static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
         case CTX_GONE:
             handle_forget(cls, rec);
             *err = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                                "the context (id %llu) of this stream pool was destroyed or "
-                                "reset",
+                                "the context (id %llu) of this stream pool is gone (destroyed, "
+                                "reset, or broken by a sticky error)",
                                 cls->ctx_id);
             return -1;
         case CTX_UNKNOWN:
@@ -690,7 +691,7 @@ static CUresult acquire_slow(struct cupool__class *cls, bool ctx_current,
 {
     if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
         return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                            "the context (id %llu) of this %s pool was destroyed or reset",
+                            "the context (id %llu) of this %s pool is gone (destroyed, reset, or broken by a sticky error)",
                             cls->ctx_id, cls->ops->name);
     struct cupool__tcache *tc = cupool__tcache_self();
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
@@ -723,7 +724,7 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
     }
     if (!ctx_current && !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
         return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                            "the context (id %llu) of this %s pool was destroyed or reset",
+                            "the context (id %llu) of this %s pool is gone (destroyed, reset, or broken by a sticky error)",
                             cls->ctx_id, cls->ops->name);
     for (;;) {
         struct cupool__tcache *tc = cupool__tl;

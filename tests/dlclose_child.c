@@ -179,8 +179,9 @@ int main(int argc, char **argv)
            "bytes, left out)\n",
            cycles, metadata, measured, heap_after_warmup, heap, rss_after_warmup, rss,
            driver_growth);
-    /* A leak of the metadata would grow the heap by `metadata` bytes a cycle. */
-    if (measured > 0 && heap > heap_after_warmup + 4096) {
+    /* A leak of the metadata would grow the heap by `metadata` bytes a cycle (libc builds);
+     * the real driver's own heap moves by a few KiB. */
+    if (measured > 0 && heap > heap_after_warmup + 16384) {
         fprintf(stderr, "dlclose_child: host heap grew by %zu bytes over %d cycles\n",
                 heap - heap_after_warmup, measured);
         failures++;

@@ -1532,6 +1532,8 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
         r = (c = tl_top()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
     if (r == CUDA_SUCCESS && !ctx_alive(c))
         r = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    if (r == CUDA_SUCCESS && c->sticky)
+        r = c->sticky; /* as on an H200: a broken context answers with its error */
     if (r == CUDA_SUCCESS)
         *ctxId = c->id;
     return leave(r);
