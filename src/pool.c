@@ -232,19 +232,25 @@ static bool driver_usable(void)
     return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH || cupool__closer;
 }
 
-/* Errors after which a context is unusable for good (the driver's sticky errors). */
+/* Errors after which a context is unusable for good: those cuda.h says leave the context or
+ * process "in an inconsistent state" (the driver's sticky errors), and a destroyed context. */
 static bool error_is_sticky(CUresult r)
 {
     switch ((int)r) {
     case 214: /* CUDA_ERROR_ECC_UNCORRECTABLE */
+    case 226: /* CUDA_ERROR_CONTAINED */
     case 700: /* CUDA_ERROR_ILLEGAL_ADDRESS */
     case 702: /* CUDA_ERROR_LAUNCH_TIMEOUT */
+    case 710: /* CUDA_ERROR_ASSERT */
     case 714: /* CUDA_ERROR_HARDWARE_STACK_ERROR */
     case 715: /* CUDA_ERROR_ILLEGAL_INSTRUCTION */
     case 716: /* CUDA_ERROR_MISALIGNED_ADDRESS */
     case 717: /* CUDA_ERROR_INVALID_ADDRESS_SPACE */
     case 718: /* CUDA_ERROR_INVALID_PC */
     case 719: /* CUDA_ERROR_LAUNCH_FAILED */
+    case 721: /* CUDA_ERROR_TENSOR_MEMORY_LEAK */
+    case 810: /* CUDA_ERROR_MPS_CLIENT_TERMINATED */
+    case 911: /* CUDA_ERROR_EXTERNAL_DEVICE */
     case CUDA_ERROR_CONTEXT_IS_DESTROYED:
     case CUDA_ERROR_DEINITIALIZED:
         return true;
@@ -308,6 +314,12 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
         return CUDA_SUCCESS;
     }
     CUresult r = (CUPOOL_DRV(cls->ops->destroy(h)));
+    if (r != CUDA_SUCCESS && error_is_sticky(r)) {
+        /* the context is broken for good: nothing of it can be used or destroyed again */
+        class_mark_dead(cls);
+        handle_forget(cls, rec);
+        return CUDA_SUCCESS;
+    }
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h,
                             cls->ctx_id);
