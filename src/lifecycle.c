@@ -177,13 +177,26 @@ static bool init_failure_is_permanent(CUresult r)
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic bool init_permanent; /* FAILED for good */
 
+/* The Itanium C++ ABI's registration, which glibc's atexit() itself uses: naming this
+ * library's __dso_handle ties the handler to the library, so dlclose() removes it. (A
+ * sanitizer's atexit() interceptor drops that tie: the handler would then be called after
+ * the library was unmapped.) */
+extern void *__dso_handle;
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+
+static void at_exit_cxa(void *arg)
+{
+    (void)arg;
+    at_exit();
+}
+
 static void register_exit_handlers(void)
 {
     static bool done;
     if (done)
         return;
     done = true;
-    atexit(at_exit);
+    __cxa_atexit(at_exit_cxa, NULL, &__dso_handle);
     at_quick_exit(at_exit);
 }
 
