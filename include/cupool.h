@@ -65,13 +65,18 @@ CUPOOL_API const char *cupool_result_name(CUresult result);
 
 /**
  * Loads the driver and reads the CUPOOL_* environment now instead of at the first call.
- * Idempotent; a failure is remembered and returned again by every later call.
+ * Does nothing more once it has succeeded. A failure another attempt cannot cure (the first
+ * four codes below, and CUDA_ERROR_INVALID_DEVICE) is remembered and returned by every later
+ * call; any other failure of cuInit, cuDriverGetVersion or cuGetProcAddress (out of memory,
+ * for instance) is retried by the next call.
  * Returns CUDA_SUCCESS, or:
  *  - CUDA_ERROR_NOT_INITIALIZED: the driver library could not be opened (no driver installed).
  *  - CUDA_ERROR_STUB_LIBRARY: the library found is the CUDA toolkit's stub libcuda.
  *  - CUDA_ERROR_NOT_SUPPORTED: the driver is older than CUDA 12.0 or lacks an entry point.
  *  - CUDA_ERROR_NO_DEVICE or any other error cuInit(0) returned.
  *  - CUDA_ERROR_NOT_PERMITTED: called in a child forked after cupool was initialised.
+ *  - CUDA_ERROR_DEINITIALIZED: the process is exiting, the driver reported it was torn
+ *    down, or the library is being unloaded.
  * Thread-safe; concurrent first calls initialise once.
  */
 CUPOOL_API CUresult cupool_init(void);

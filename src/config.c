@@ -185,7 +185,8 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
             cfg->stats_mode = CUPOOL_STATS_OFF;
             return;
         }
-        if (!strcmp(value, "1") || !strcasecmp(value, "stderr")) {
+        /* any boolean word: off as above, on means standard error (never a file named "yes") */
+        if (parse_bool(value, &b) || !strcasecmp(value, "stderr")) {
             cfg->stats_mode = CUPOOL_STATS_STDERR;
             return;
         }

@@ -86,6 +86,13 @@ START_TEST(valid_values)
     ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
     parse(&c, &l, false, "CUPOOL_STATS=", NULL);
     ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    /* boolean words: never taken as a file named "yes" */
+    parse(&c, &l, false, "CUPOOL_STATS=yes", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    parse(&c, &l, false, "CUPOOL_STATS=On", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    parse(&c, &l, false, "CUPOOL_STATS=false", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
     ck_assert_int_eq(l.n, 0);
 }
 END_TEST

@@ -198,7 +198,7 @@ START_TEST(dlclose_destroys_idle_handles_and_frees_memory)
     char *argv[] = {prog, lib, (char *)"60", NULL};
     /* A libcupool.so linked with jemalloc needs room in the static TLS block to be loaded
      * after startup (docs/design.md, Metadata). */
-    const char *env[] = {"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384", NULL};
+    const char *env[] = {"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096", NULL};
     struct outcome o = spawn(argv, env);
     fprintf(stdout, "%s", o.out);
     EXPECT_QUIET_EXIT(o, 0, "dlopen/use/dlclose cycles");

@@ -173,7 +173,7 @@ int main(int argc, char **argv)
     size_t driver_growth = driver_heap ? driver_heap() - driver_heap_after_warmup : 0;
     size_t heap = mallinfo2().uordblks - driver_growth;
     long rss = rss_kib() - (long)(driver_growth / 1024);
-    int measured = cycles - WARMUP;
+    int measured = cycles > WARMUP ? cycles - WARMUP : 0;
     printf("dlclose_child: %d cycles, %zu bytes of cupool metadata each; over the last %d: host "
            "heap in use %zu -> %zu bytes, resident %ld -> %ld KiB (the driver's own growth, %zu "
            "bytes, left out)\n",
