@@ -125,10 +125,14 @@ CUPOOL_API CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, 
  * Any thread may release it. No driver call on its fast path: the stream goes into the calling
  * thread's magazine. Once per CUPOOL_MAGAZINE_SIZE releases at most, a release exchanges a
  * full magazine with the shared depot; if that finds the depot above CUPOOL_STREAM_IDLE_MAX,
- * it destroys one magazine's worth of queued idle streams (one cuCtxGetId check, then one
- * cuStreamDestroy each) before returning. Releasing a stream whose context has since been reset or destroyed is
- * harmless (it is forgotten, never passed to the driver again). A stream released while in
- * stream capture is dropped when an acquire next meets it, never handed out.
+ * it destroys at most two magazines' worth of queued idle streams (one cuCtxGetId check,
+ * then one cuStreamDestroy each) before returning. Releasing a stream whose context has since
+ * been reset or destroyed makes no driver call: cupool forgets it once it sees the context
+ * gone. One exception (docs/reliability.md, Limits): if the driver has meanwhile given the
+ * same handle value to a new stream that cupool handed out, the late release is taken as a
+ * release of the new stream; release before a reset, or not at all after it. A stream
+ * released while in stream capture is dropped when an acquire next meets it, never handed
+ * out.
  *
  * Returns CUDA_SUCCESS, or CUDA_ERROR_INVALID_HANDLE: the stream was not handed out by
  * cupool, was already released, or is an event. Nothing changes on error. As every call: the

@@ -59,11 +59,27 @@ static void print_stats_at_exit(void)
         return;
     }
     cupool_stats_print(f);
-    fclose(f);
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed)
+        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: writing %s failed: %s", cupool__cfg.stats_path,
+                    strerror(errno));
 }
 
 /* Leaves RUNNING (or whatever the state was) for `next`, then waits for the driver calls other
  * threads have in flight. Returns the state left. */
+/* The Itanium C++ ABI's registration, which glibc's atexit() itself uses: naming this
+ * library's __dso_handle ties the handler to the library, so dlclose() removes it. (A
+ * sanitizer's atexit() interceptor drops that tie: the handler would then be called after
+ * the library was unmapped.) */
+extern void *__dso_handle;
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
+
+/* Set by the exit handlers: the destructor then knows the process is ending (at dlclose()
+ * the destructor runs before the library's exit handlers, so it finds this unset). */
+static _Atomic bool process_exiting;
+
+/* Moves to `next` and waits for other threads' driver calls in flight. Returns the state
+ * left. */
 static int leave_state(int next)
 {
     int prev = atomic_exchange(&cupool__state, next);
@@ -71,10 +87,14 @@ static int leave_state(int next)
     return prev;
 }
 
-/* Destroys idle handles while the driver still answers; see cupool__pool_close(). */
+/* Destroys idle handles while the driver still answers; see cupool__pool_close(). Not when
+ * this thread was interrupted inside a driver call of its own (exit() from a signal handler):
+ * the driver may hold a lock the call needs. */
 static void close_pools(int prev, bool all_threads)
 {
     if (prev != CUPOOL_ST_RUNNING && prev != CUPOOL_ST_PASSTHROUGH)
+        return;
+    if (cupool__tl && atomic_load_explicit(&cupool__tl->in_driver, CUPOOL_RELAXED) != 0)
         return;
     cupool__closer = true;
     cupool__pool_close(all_threads);
@@ -82,42 +102,61 @@ static void close_pools(int prev, bool all_threads)
 }
 
 /*
- * Process exit (exit(), return from main, quick_exit()). Registered right after cuInit, so it
- * runs before the exit handlers of the driver and of anything initialised later. From here on
- * cupool calls no driver function (other threads' calls in flight are waited for): handles
- * are left to the process's end, unless CUPOOL_DESTROY_ON_EXIT=1 asks to destroy the idle
- * ones now, while the driver still answers.
- * When the library is dlclose()d, its destructor (at_unload) runs first and this handler
- * finds UNLOADED.
+ * Process exit (exit(), return from main, quick_exit()). From here on cupool calls no driver
+ * function (other threads' calls in flight are waited for): handles are left to the process's
+ * end, unless CUPOOL_DESTROY_ON_EXIT=1 asks to destroy the idle ones now (`may_destroy`: only
+ * from the handler registered after cuInit, which runs before the driver's own).
  */
-static void at_exit(void)
+static void exit_transition(bool may_destroy)
 {
+    atomic_store(&process_exiting, true);
     int st = cupool__state_now();
     if (st == CUPOOL_ST_FORKED || st == CUPOOL_ST_UNLOADED || st == CUPOOL_ST_EXITING)
         return;
     int prev = leave_state(CUPOOL_ST_EXITING);
-    if (cupool__cfg.destroy_on_exit)
+    if (may_destroy && cupool__cfg.destroy_on_exit)
         close_pools(prev, false);
-    print_stats_at_exit();
+    if (prev != CUPOOL_ST_UNINIT)
+        print_stats_at_exit();
+}
+
+/* Registered right after the first successful cuInit: exit handlers run last-registered
+ * first, so this one runs before the driver's, which cuInit registered; handlers registered
+ * after it (by code initialised later, such as the CUDA runtime when it started after
+ * cupool) run before it. */
+static void at_exit(void)
+{
+    exit_transition(true);
+}
+
+/* Registered at the library's first use (cupool__exit_marker_register): whatever happens
+ * then (initialisation still in progress, or failed and being retried, at exit), the
+ * destructor can tell the process is ending. Runs late in exit, possibly after the driver's
+ * teardown: it never calls the driver. */
+static void at_exit_marker(void *arg)
+{
+    (void)arg;
+    exit_transition(false);
 }
 
 /*
- * The library's destructor. At process exit it runs after at_exit (EXITING): other threads
- * may still be running, so it only removes the thread-exit hook. Any other state means
- * dlclose(): no thread may be inside the library (the caller's duty), so every idle handle is
- * destroyed (if the driver still answers), every byte freed, the driver reference dropped.
- * Handles callers still hold stay theirs: they are neither destroyed nor tracked any more.
+ * The library's destructor. At process exit it runs after the exit handlers: other threads
+ * may still be running, so it only removes the thread-exit hook. Otherwise this is dlclose():
+ * no thread may be inside the library (the caller's duty), so every idle handle is destroyed
+ * (if the driver still answers), every byte freed, the driver reference dropped. Handles
+ * callers still hold stay theirs: they are neither destroyed nor tracked any more. In a
+ * forked child nothing is freed: a lock may have been held by a parent thread at fork().
  */
 __attribute__((destructor)) static void at_unload(void)
 {
-    int st = cupool__state_now();
-    if (st == CUPOOL_ST_EXITING || st == CUPOOL_ST_UNLOADED) {
+    if (atomic_load(&process_exiting) || cupool__state_now() == CUPOOL_ST_FORKED) {
+        atomic_store(&cupool__state, CUPOOL_ST_UNLOADED);
         cupool__pool_unload();
         return;
     }
     int prev = leave_state(CUPOOL_ST_UNLOADED);
     close_pools(prev, true);
-    if (prev != CUPOOL_ST_UNINIT && prev != CUPOOL_ST_FORKED)
+    if (prev != CUPOOL_ST_UNINIT)
         print_stats_at_exit();
     cupool__pool_unload();
     cupool__alloc_release_all();
@@ -129,6 +168,18 @@ static void at_fork_child(void)
     /* The child shares no usable CUDA state with its parent (the driver refuses every call
      * there too); cupool's pools hold the parent's handles, so they are abandoned unused. */
     atomic_store(&cupool__state, CUPOOL_ST_FORKED);
+}
+
+/* Registers at_exit_marker once, at the library's first use: after the program's start-up
+ * registered the dynamic linker's finaliser, so at exit the marker runs before any
+ * destructor. (A constructor would be too early for a library loaded with the program: its
+ * exit handlers would then run after the destructors.) */
+void cupool__exit_marker_register(void)
+{
+    static _Atomic bool registered;
+    if (atomic_load_explicit(&registered, CUPOOL_RELAXED) || atomic_exchange(&registered, true))
+        return;
+    __cxa_atexit(at_exit_marker, NULL, &__dso_handle);
 }
 
 static int membarrier_cmd; /* 0: none available */
@@ -177,12 +228,6 @@ static bool init_failure_is_permanent(CUresult r)
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic bool init_permanent; /* FAILED for good */
 
-/* The Itanium C++ ABI's registration, which glibc's atexit() itself uses: naming this
- * library's __dso_handle ties the handler to the library, so dlclose() removes it. (A
- * sanitizer's atexit() interceptor drops that tie: the handler would then be called after
- * the library was unmapped.) */
-extern void *__dso_handle;
-extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso);
 
 static void at_exit_cxa(void *arg)
 {
@@ -205,6 +250,7 @@ static void register_exit_handlers(void)
 static void init_attempt(void)
 {
     static bool configured;
+    cupool__exit_marker_register();
     int st = cupool__state_now();
     if (st != CUPOOL_ST_UNINIT && (st != CUPOOL_ST_FAILED || init_permanent))
         return;
@@ -224,7 +270,7 @@ static void init_attempt(void)
          * statistics. A transient one registers it at the attempt that succeeds. */
         if (init_permanent)
             register_exit_handlers();
-        atomic_store(&cupool__state, CUPOOL_ST_FAILED);
+        atomic_compare_exchange_strong(&cupool__state, &st, CUPOOL_ST_FAILED);
         return;
     }
     /* After cuInit: exit handlers run last-registered first, so cupool's runs before any the
@@ -233,7 +279,9 @@ static void init_attempt(void)
     cupool__log(CUPOOL_LOG_INFO, "driver %s (CUDA %d.%d), metadata from %s%s", cupool__drv.path,
                 cupool__drv.version / 1000, cupool__drv.version % 1000 / 10, cupool__alloc_name(),
                 cupool__cfg.disable ? ", pooling disabled (CUPOOL_DISABLE)" : "");
-    atomic_store(&cupool__state, cupool__cfg.disable ? CUPOOL_ST_PASSTHROUGH : CUPOOL_ST_RUNNING);
+    /* Never over a state exit or fork set meanwhile: the library does not come back. */
+    atomic_compare_exchange_strong(&cupool__state, &st,
+                                   cupool__cfg.disable ? CUPOOL_ST_PASSTHROUGH : CUPOOL_ST_RUNNING);
 }
 
 CUresult cupool__enter(void)
@@ -275,8 +323,11 @@ CUresult cupool__enter(void)
     }
 }
 
+_Atomic bool cupool__driver_gone;
+
 void cupool__driver_died(void)
 {
+    atomic_store(&cupool__driver_gone, true);
     int expected = CUPOOL_ST_RUNNING;
     if (!atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD)) {
         expected = CUPOOL_ST_PASSTHROUGH;

@@ -23,10 +23,15 @@ enum cupool__state {
 
 extern _Atomic int cupool__state;
 
+/* An acquire load: a thread that sees RUNNING also sees the driver table initialisation
+ * filled in (free on x86; one ordered load on Arm). */
 static inline int cupool__state_now(void)
 {
-    return atomic_load_explicit(&cupool__state, CUPOOL_RELAXED);
+    return atomic_load_explicit(&cupool__state, CUPOOL_ACQUIRE);
 }
+
+/* Set once the driver reported CUDA_ERROR_DEINITIALIZED, whatever the state was then. */
+extern _Atomic bool cupool__driver_gone;
 
 /*
  * Initialises once (configuration, driver) and returns CUDA_SUCCESS when the library may
@@ -46,6 +51,10 @@ static inline CUresult cupool__driver_result(CUresult result)
         cupool__driver_died();
     return result;
 }
+
+/* Registers, once, the exit handler that tells the destructor the process is ending; at the
+ * library's first use (first initialisation attempt, first thread cache). */
+void cupool__exit_marker_register(void);
 
 /* Registers for membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED); once, at initialisation. */
 void cupool__membarrier_register(void);

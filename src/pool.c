@@ -166,6 +166,7 @@ struct cupool__tcache *cupool__tcache_self(void)
     if (CUPOOL_LIKELY(tc != NULL))
         return tc;
     pthread_once(&tc_once, tc_key_create);
+    cupool__exit_marker_register();
     for (tc = atomic_load_explicit(&tc_list, CUPOOL_ACQUIRE); tc; tc = tc->next) {
         int idle = 0;
         if (atomic_load_explicit(&tc->active, CUPOOL_RELAXED) == 0 &&
@@ -229,7 +230,8 @@ static void class_mark_dead(struct cupool__class *cls)
 static bool driver_usable(void)
 {
     int st = cupool__state_now();
-    return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH || cupool__closer;
+    return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH ||
+           (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED));
 }
 
 /* Errors after which a context is unusable for good: those cuda.h says leave the context or
@@ -383,12 +385,15 @@ static bool depot_put(struct cupool__class *cls, struct cupool__magazine *m)
     return false;
 }
 
-/* Destroys retired magazines until at most `keep` remain queued. Returns the first error. */
-static CUresult drain_retired(struct cupool__class *cls, int64_t keep)
+/* Destroys retired magazines until at most `keep` remain queued, and at most `max` of them
+ * (0: no limit). Returns the first error. */
+static CUresult drain_retired(struct cupool__class *cls, int64_t keep, int max)
 {
     CUresult first = CUDA_SUCCESS;
-    while (atomic_load_explicit(&cls->retire_idle, CUPOOL_RELAXED) >
-           keep * (int64_t)cupool__mag_capacity) {
+    for (int done = 0; (max == 0 || done < max) &&
+                       atomic_load_explicit(&cls->retire_idle, CUPOOL_RELAXED) >
+                           keep * (int64_t)cupool__mag_capacity;
+         done++) {
         struct cupool__magazine *m = cupool__stack_pop(&cls->retire);
         if (!m)
             break;
@@ -491,8 +496,9 @@ static CUresult handle_create(struct cupool__class *cls, bool ctx_current, uint3
     CUresult r = (CUPOOL_DRV(cls->ops->create(cls, &h)));
     ctx_leave(&g);
     if (r != CUDA_SUCCESS)
-        return cupool__fail(r, "creating a %s (flags 0x%x) in context %llu failed",
-                            cls->ops->name, cls->flags, cls->ctx_id);
+        return cupool__fail(r, "creating %s %s (flags 0x%x) in context %llu failed",
+                            cls->ops->kind == CUPOOL_KIND_EVENT ? "an" : "a", cls->ops->name,
+                            cls->flags, cls->ctx_id);
     struct cupool__handle *rec = cupool__registry_insert(h, cls, state);
     if (!rec) {
         CUPOOL_DRV(cls->ops->destroy(h));
@@ -514,8 +520,9 @@ static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
             break;
         struct cupool__handle *rec;
         if (handle_create(cls, ctx_current, CUPOOL_H_IDLE, &rec) != CUDA_SUCCESS) {
-            cupool__log(CUPOOL_LOG_WARN, "prewarming %s pool: %s", cls->ops->name,
-                        cupool_error_string());
+            if (cupool__state_now() == CUPOOL_ST_RUNNING) /* not the process's exit */
+                cupool__log(CUPOOL_LOG_WARN, "prewarming %s pool: %s", cls->ops->name,
+                            cupool_error_string());
             break;
         }
         m->items[m->count++] =
@@ -917,7 +924,9 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
         (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
     cupool__counter_inc(&s->releases);
     if (retired)
-        drain_retired(cls, 1); /* keep the newest magazine queued: a later miss may rescue it */
+        drain_retired(cls, 1, 2); /* keep the newest magazine queued: a later miss may rescue
+                                     it; at most two magazines: this release's share of the
+                                     work plus one of any backlog left by exited threads */
     return CUDA_SUCCESS;
 }
 
@@ -1016,8 +1025,14 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
     if (CUPOOL_LIKELY(tc != NULL)) {
         struct cupool__cc_entry *e =
             &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
-        if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && e->cls != NULL))
-            return acquire_from_slot(e->cls, e->index, true, out);
+        if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && e->cls != NULL)) {
+            r = acquire_from_slot(e->cls, e->index, true, out);
+            if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
+                return r;
+            /* The cached class was retired, yet the current context answers with its id:
+             * the retirement was a driver's passing error. Look the class up afresh. */
+            e->cls = NULL;
+        }
     }
     struct cupool__class *cls = NULL;
     r = class_get(ops, NULL, id, flags, priority, &cls);
@@ -1184,7 +1199,7 @@ CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
 
 static CUresult trim_class(struct cupool__class *cls)
 {
-    CUresult first = drain_retired(cls, 0);
+    CUresult first = drain_retired(cls, 0, 0);
     while (atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) > (int64_t)cls->low_water) {
         struct cupool__magazine *m = cupool__stack_pop(&cls->depot);
         if (!m)
@@ -1253,7 +1268,7 @@ void cupool__pool_quiesce(void)
 /* Destroys every idle handle of a class: its retire stack and its whole depot. */
 static void close_class(struct cupool__class *cls)
 {
-    drain_retired(cls, 0);
+    drain_retired(cls, 0, 0);
     struct cupool__magazine *m;
     while ((m = cupool__stack_pop(&cls->depot)) != NULL) {
         atomic_fetch_sub_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);

@@ -140,7 +140,8 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
         atomic_fetch_add(c, 1);
     }
     int st = cupool__state_now();
-    if (CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) || cupool__closer)
+    if (CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) ||
+        (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED)))
         return c;
     cupool__drv_end(c);
     return NULL;
