@@ -430,6 +430,51 @@ START_TEST(idle_cap_destroys_lazily)
 }
 END_TEST
 
+/* Exited threads hand their magazines back without a driver call; above the cap they queue
+ * for destruction. A later release destroys at most two magazines of that backlog, never
+ * the lot. */
+static void *fill_and_exit(void *arg)
+{
+    (void)arg;
+    CUevent e[16];
+    tu.cuCtxSetCurrent(tu_ctx);
+    for (int i = 0; i < 16; i++)
+        TU_OK(cupool_event_acquire(&e[i], CU_EVENT_DISABLE_TIMING));
+    for (int i = 0; i < 16; i++)
+        TU_OK(cupool_event_release(e[i]));
+    return NULL;
+}
+
+START_TEST(release_drains_backlog_in_bounded_steps)
+{
+    setenv("CUPOOL_MAGAZINE_SIZE", "8", 1);
+    setenv("CUPOOL_EVENT_IDLE_MAX", "8", 1);
+    tu_setup();
+    for (int round = 0; round < 2; round++) { /* two waves: the second meets a full depot */
+        pthread_t t[10];
+        for (int i = 0; i < 10; i++)
+            ck_assert_int_eq(pthread_create(&t[i], NULL, fill_and_exit, NULL), 0);
+        for (int i = 0; i < 10; i++)
+            pthread_join(t[i], NULL);
+    }
+    uint64_t backlog = tu_stats(CUPOOL_KIND_EVENT, CU_EVENT_DISABLE_TIMING).idle;
+    ck_assert_uint_gt(backlog, 8 + 4 * 8); /* well above the cap */
+    CUevent e[64];
+    for (int i = 0; i < 64; i++)
+        TU_OK(cupool_event_acquire(&e[i], CU_EVENT_DISABLE_TIMING));
+    unsigned long worst = 0;
+    for (int i = 0; i < 64; i++) {
+        unsigned long before = tu_fake.present ? tu_fake.calls("cuEventDestroy") : 0;
+        TU_OK(cupool_event_release(e[i]));
+        unsigned long n = tu_fake.present ? tu_fake.calls("cuEventDestroy") - before : 0;
+        worst = n > worst ? n : worst;
+    }
+    ck_assert_msg(worst <= 2 * 8, "one release destroyed %lu events", worst);
+    TU_OK(cupool_trim());
+    ck_assert_uint_eq(tu_stats(CUPOOL_KIND_EVENT, CU_EVENT_DISABLE_TIMING).idle, 0);
+}
+END_TEST
+
 START_TEST(prewarm_and_trim_low_water)
 {
     setenv("CUPOOL_STREAM_PREWARM", "6", 1);
@@ -725,6 +770,27 @@ START_TEST(transient_context_check_error_keeps_pool)
 }
 END_TEST
 
+/* A context check answered with a verdict that the context is gone (here a passing one,
+ * injected) retires the class; the context still answers with its id, so the same thread's
+ * next acquire must not be stuck with the retired class. */
+START_TEST(retired_class_replaced_when_context_answers)
+{
+    CUstream s;
+    make_idle_streams(4);
+    tu_fake.fault("cuCtxGetId", 0, 1, CUDA_ERROR_INVALID_CONTEXT);
+    TU_OK(cupool_trim()); /* the check says gone: the idle streams are forgotten */
+    for (int i = 0; i < 3; i++) {
+        TU_OK(cupool_stream_acquire(&s, 0, 0));
+        TU_OK(cupool_stream_release(s));
+    }
+    cupool_stream_pool_t pool;
+    TU_OK(cupool_stream_pool_get(&pool, NULL, 0, 0)); /* a fresh class, not the retired one */
+    TU_OK(cupool_stream_pool_acquire(pool, &s));
+    TU_OK(cupool_stream_pool_release(pool, s, 0));
+    ck_assert_uint_eq(tu_class_count(), 2);
+}
+END_TEST
+
 START_TEST(failed_destroy_keeps_handle)
 {
     make_idle_streams(20);
@@ -807,6 +873,7 @@ static Suite *api_suite(void)
         tcase_add_test(sim, teardown_stops_driver_calls);
         tcase_add_test(sim, live_handles_match_statistics);
         tcase_add_test(sim, transient_context_check_error_keeps_pool);
+        tcase_add_test(sim, retired_class_replaced_when_context_answers);
         tcase_add_test(sim, failed_destroy_keeps_handle);
         tcase_add_test(sim, transient_capture_check_error_keeps_stream);
         tcase_add_test(sim, failed_pop_restores_callers_context);
@@ -816,6 +883,7 @@ static Suite *api_suite(void)
     TCase *env = tcase_create("environment");
     tcase_add_test(env, idle_cap_destroys_lazily);
     tcase_add_test(env, prewarm_and_trim_low_water);
+    tcase_add_test(env, release_drains_backlog_in_bounded_steps);
     tcase_add_test(env, disabled_is_pass_through);
     suite_add_tcase(s, env);
     return s;
