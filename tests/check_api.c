@@ -433,6 +433,8 @@ END_TEST
 /* Exited threads hand their magazines back without a driver call; above the cap they queue
  * for destruction. A later release destroys at most two magazines of that backlog, never
  * the lot. */
+static pthread_barrier_t all_hold;
+
 static void *fill_and_exit(void *arg)
 {
     (void)arg;
@@ -440,6 +442,7 @@ static void *fill_and_exit(void *arg)
     tu.cuCtxSetCurrent(tu_ctx);
     for (int i = 0; i < 16; i++)
         TU_OK(cupool_event_acquire(&e[i], CU_EVENT_DISABLE_TIMING));
+    pthread_barrier_wait(&all_hold); /* 10 x 16 events alive at once */
     for (int i = 0; i < 16; i++)
         TU_OK(cupool_event_release(e[i]));
     return NULL;
@@ -450,15 +453,15 @@ START_TEST(release_drains_backlog_in_bounded_steps)
     setenv("CUPOOL_MAGAZINE_SIZE", "8", 1);
     setenv("CUPOOL_EVENT_IDLE_MAX", "8", 1);
     tu_setup();
-    for (int round = 0; round < 2; round++) { /* two waves: the second meets a full depot */
-        pthread_t t[10];
-        for (int i = 0; i < 10; i++)
-            ck_assert_int_eq(pthread_create(&t[i], NULL, fill_and_exit, NULL), 0);
-        for (int i = 0; i < 10; i++)
-            pthread_join(t[i], NULL);
-    }
+    pthread_t t[10];
+    pthread_barrier_init(&all_hold, NULL, 10);
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, fill_and_exit, NULL), 0);
+    for (int i = 0; i < 10; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&all_hold);
     uint64_t backlog = tu_stats(CUPOOL_KIND_EVENT, CU_EVENT_DISABLE_TIMING).idle;
-    ck_assert_uint_gt(backlog, 8 + 4 * 8); /* well above the cap */
+    ck_assert_uint_eq(backlog, 160); /* all idle, 20 times the cap: the exits called no driver */
     CUevent e[64];
     for (int i = 0; i < 64; i++)
         TU_OK(cupool_event_acquire(&e[i], CU_EVENT_DISABLE_TIMING));
@@ -791,6 +794,40 @@ START_TEST(retired_class_replaced_when_context_answers)
 }
 END_TEST
 
+/* cupool's own bookkeeping keeps a broken context's trouble to itself: with only one context
+ * broken (the simulation can do that; a real driver breaks the whole process), the other
+ * context's pools keep working and stay alive, and the broken one's stream is never reused. */
+START_TEST(sticky_error_spares_other_contexts_pools)
+{
+    CUcontext other;
+    CUstream s, t;
+    TU_OK(cupool_stream_acquire(&s, 0, 0)); /* primary context */
+    TU_OK(cupool_stream_release(s));
+    TU_OK(tu.cuCtxCreate(&other, 0, tu_dev)); /* now current */
+    TU_OK(cupool_stream_acquire(&t, 0, 0));
+    TU_OK(cupool_stream_release(t));
+    CUcontext popped;
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    tu_fake.poison_context(tu_ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
+    ck_assert_int_ne(cupool_stream_acquire(&s, 0, 0), CUDA_SUCCESS);
+    TU_OK(cupool_trim()); /* the broken context's stream is forgotten, the other's destroyed */
+    TU_OK(tu.cuCtxPushCurrent(other));
+    for (int i = 0; i < 3; i++) {
+        TU_OK(cupool_stream_acquire(&t, 0, 0));
+        TU_OK(tu.cuStreamSynchronize(t));
+        TU_OK(cupool_stream_release(t));
+    }
+    cupool_class_stats_t st[4];
+    size_t n = 0;
+    TU_OK(cupool_stats_get(st, 4, &n));
+    ck_assert_uint_eq(n, 2);
+    unsigned long long other_id;
+    TU_OK(tu.cuCtxGetId(other, &other_id));
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(st[i].context_alive, st[i].context_id == other_id);
+}
+END_TEST
+
 START_TEST(failed_destroy_keeps_handle)
 {
     make_idle_streams(20);
@@ -874,6 +911,7 @@ static Suite *api_suite(void)
         tcase_add_test(sim, live_handles_match_statistics);
         tcase_add_test(sim, transient_context_check_error_keeps_pool);
         tcase_add_test(sim, retired_class_replaced_when_context_answers);
+        tcase_add_test(sim, sticky_error_spares_other_contexts_pools);
         tcase_add_test(sim, failed_destroy_keeps_handle);
         tcase_add_test(sim, transient_capture_check_error_keeps_stream);
         tcase_add_test(sim, failed_pop_restores_callers_context);

@@ -1092,11 +1092,14 @@ static void k_add_u32(void **args, const unsigned grid[3], const unsigned block[
         *p += v;
 }
 
+/* As on an H200 (driver 580.159): a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and
+ * leaves the whole process unusable ("an inconsistent state", cuda.h): every context. */
 static void k_trap(void **args, const unsigned grid[3], const unsigned block[3])
 {
     (void)args, (void)grid, (void)block;
     lock();
-    poison(tl_exec_ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
+    for (struct fc_ctx *c = g_contexts; c; c = c->all_next)
+        poison(c, CUDA_ERROR_LAUNCH_FAILED);
     unlock();
 }
 
@@ -1532,8 +1535,9 @@ CUresult CUDAAPI cuCtxGetId(CUcontext ctx, unsigned long long *ctxId)
         r = (c = tl_top()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
     if (r == CUDA_SUCCESS && !ctx_alive(c))
         r = CUDA_ERROR_CONTEXT_IS_DESTROYED;
-    if (r == CUDA_SUCCESS && c->sticky)
-        r = c->sticky; /* as on an H200: a broken context answers with its error */
+    if (r == CUDA_SUCCESS && !ctx && c->sticky)
+        r = c->sticky; /* as on an H200: a broken current context answers with its error; asked
+                          by handle, it still gives its id */
     if (r == CUDA_SUCCESS)
         *ctxId = c->id;
     return leave(r);
@@ -1666,6 +1670,8 @@ static CUresult stream_destroy(CUstream hStream)
     if (r != CUDA_SUCCESS)
         return leave(r);
     struct fc_ctx *c = s->ctx;
+    if (c->sticky)
+        return leave(c->sticky); /* as on an H200: a broken context destroys nothing */
     if (s->graph)
         graph_free(s->graph);
     if (s->q->head || s->q->busy) {
@@ -2017,6 +2023,8 @@ static CUresult event_destroy(CUevent hEvent)
     if (r != CUDA_SUCCESS)
         return leave(r);
     struct fc_ctx *c = e->ctx;
+    if (c->sticky)
+        return leave(c->sticky);
     if (e->prev)
         e->prev->next = e->next;
     else

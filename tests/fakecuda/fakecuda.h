@@ -84,9 +84,11 @@ void fakecuda_set_strict_teardown(int on);
 unsigned long fakecuda_calls_after_teardown(void);
 
 /** Makes the context's state sticky-broken, as after an illegal address: every later call that
- *  touches that context (its streams, events, memory, launches; cuCtxSynchronize) returns err.
- *  ctx NULL: the calling thread's current context. The builtin kernel "trap" does the same
- *  to its context when it runs; cuDevicePrimaryCtxReset clears it. */
+ *  touches that context (its streams, events, memory, launches; cuCtxSynchronize; destroying
+ *  its streams and events; cuCtxGetId of it as the current context) returns err. Only this
+ *  context: a control for tests of isolation (the real driver breaks the whole process).
+ *  ctx NULL: the calling thread's current context. The builtin kernel "trap" does this to
+ *  every context; cuDevicePrimaryCtxReset clears a primary context. */
 void fakecuda_poison_context(CUcontext ctx, CUresult err);
 
 /** Host implementation of a kernel: args[i] points at the i-th argument's bytes as copied at
@@ -100,7 +102,8 @@ typedef void (*fakecuda_kernel_fn)(void **args, const unsigned int grid[3],
  *   addone(uint64 ptr)              *(uint32 *)ptr += 1
  *   set_u32(uint64 ptr, uint32 v)   *(uint32 *)ptr = v
  *   add_u32(uint64 ptr, uint32 v)   *(uint32 *)ptr += v
- *   trap()                          poisons its context with CUDA_ERROR_ILLEGAL_ADDRESS
+ *   trap()                          poisons every context with CUDA_ERROR_LAUNCH_FAILED (on an
+ *                                   H200 a trap leaves the whole process unusable)
  * Returns 0, or -1 if the table is full or the arguments are bad.
  */
 int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_sizes,
