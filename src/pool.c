@@ -973,19 +973,16 @@ __attribute__((noinline)) static CUresult release_general(const struct cupool__c
     return release_slow(cls, rec, idle_state);
 }
 
-/* The release fast path: registry lookup, ownership check, push onto this thread's magazine.
- * Inlined into each public release. */
-__attribute__((always_inline)) static inline CUresult release_handle(
-    const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
+/* Pushes a record found for `h` onto this thread's magazine if every check passes; false
+ * otherwise (the general path then decides). */
+__attribute__((always_inline)) static inline bool
+release_push(const struct cupool__class_ops *ops, struct cupool__class *expect,
+             struct cupool__tcache *tc, struct cupool__handle *rec, void *h, uint32_t idle_state)
 {
-    struct cupool__tcache *tc = cupool__tl;
-    struct cupool__handle *rec = tc ? tc->last : NULL;
-    if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
-        rec = cupool__reg_read(tc, h);
     /* Everything the decision needs is in the record's own cache line. A handle of a context
      * known to be gone may land in its dead class's magazine here: harmless, a dead class
      * hands nothing out, and trim forgets its handles without a driver call. */
-    if (CUPOOL_LIKELY(rec != NULL && tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
+    if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING &&
                       rec->kind == (uint32_t)ops->kind &&
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
                       (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
@@ -996,9 +993,36 @@ __attribute__((always_inline)) static inline CUresult release_handle(
             atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
             m->items[s->count++] = (struct cupool__mag_item){rec, h};
             cupool__counter_inc(&s->releases);
-            return CUDA_SUCCESS;
+            return true;
         }
     }
+    return false;
+}
+
+/* A release of a handle other than the thread's last acquired one: a registry lookup first.
+ * Out of line, so the fast path below saves no registers. */
+__attribute__((noinline)) static CUresult release_lookup(const struct cupool__class_ops *ops,
+                                                         struct cupool__class *expect, void *h,
+                                                         uint32_t idle_state)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = cupool__reg_read(tc, h);
+    if (rec != NULL && tc != NULL && release_push(ops, expect, tc, rec, h, idle_state))
+        return CUDA_SUCCESS;
+    return release_general(ops, expect, h, idle_state);
+}
+
+/* The release fast path: the thread's last acquired handle (else a registry lookup), the
+ * ownership check, a push onto this thread's magazine. Inlined into each public release. */
+__attribute__((always_inline)) static inline CUresult release_handle(
+    const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
+        return release_lookup(ops, expect, h, idle_state);
+    if (CUPOOL_LIKELY(release_push(ops, expect, tc, rec, h, idle_state)))
+        return CUDA_SUCCESS;
     return release_general(ops, expect, h, idle_state);
 }
 
