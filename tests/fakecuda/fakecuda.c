@@ -94,13 +94,46 @@ struct fc_queue {
 };
 
 /* the operations recorded while a stream is captured */
+struct fc_node;
+/* A graph: its nodes (cuGraphAdd*Node, or a capture's operations once it ends). */
 struct fc_graph {
     uint32_t magic;
     struct fc_ctx *ctx;
     struct fc_graph *prev, *next;
-    struct fc_op *head, *tail;
+    struct fc_op *head, *tail; /* operations recorded while capturing */
     size_t nops;
+    struct fc_node *nhead, *ntail;
+    size_t nnodes;
 };
+struct fc_node {
+    uint32_t magic;
+    struct fc_graph *g;
+    CUgraphNodeType type;
+    struct fc_op *tmpl; /* kernel, memset, memcpy, host; NULL for empty, event nodes */
+    struct fc_event *ev; /* event record / wait nodes (a reference) */
+    size_t index;       /* insertion order in its graph */
+    struct fc_node **deps;
+    size_t ndeps, cap;
+    struct fc_node *next;
+};
+
+struct fc_exec {
+    uint32_t magic;
+    struct fc_ctx *ctx;
+    struct fc_exec *prev, *next;
+    size_t n;
+    CUgraphNodeType *type;
+    struct fc_op **tmpl;     /* per position, NULL for event and empty nodes */
+    struct fc_event **ev;    /* per position, event nodes */
+    const void **node;       /* the graph node each position came from (never dereferenced) */
+    size_t *dep_index;       /* topology, for cuGraphExecUpdate: flattened dependency indexes */
+    size_t *dep_start;       /* n + 1 offsets into dep_index */
+    struct fc_queue *last_q; /* the queue of the last launch, and its last operation */
+    uint64_t last_seq, last_ready;
+};
+
+static CUresult capture_to_nodes(struct fc_graph *g);
+
 
 struct fc_stream {
     struct fc_hdr h;
@@ -168,6 +201,7 @@ struct fc_ctx {
     struct fc_alloc *allocs;
     struct fc_queue *orphans;
     struct fc_graph *graphs;
+    struct fc_exec *execs;
     struct fc_ctx *all_next;
 };
 
@@ -182,9 +216,11 @@ struct fc_op {
     union {
         struct {
             fakecuda_kernel_fn fn;
+            int slot; /* in the kernel table */
             unsigned grid[3], block[3];
             void *args[FC_MAX_PARAMS];
             unsigned char *blob;
+            size_t blob_len;
         } k;
         struct {
             unsigned char *dst;
@@ -322,7 +358,15 @@ static void die(const char *fmt, ...)
     X(cuEventSynchronize) X(cuEventElapsedTime)                                             \
     X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)          \
     X(cuMemcpyDtoHAsync) X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async) \
-    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)          \
+    X(cuFuncGetParamInfo) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)         \
+    X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddHostNode)                    \
+    X(cuGraphAddEmptyNode) X(cuGraphAddEventRecordNode) X(cuGraphAddEventWaitNode)           \
+    X(cuGraphAddDependencies) X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphInstantiate) \
+    X(cuGraphExecDestroy) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams)                 \
+    X(cuGraphExecMemsetNodeSetParams) X(cuGraphExecMemcpyNodeSetParams)                      \
+    X(cuGraphExecHostNodeSetParams) X(cuGraphExecEventRecordNodeSetEvent)                    \
+    X(cuGraphExecEventWaitNodeSetEvent) X(cuGraphExecUpdate) X(cuGraphDebugDotPrint)
 
 #define FC_ENUM(n) E_##n,
 #define FC_NAME(n) #n,
@@ -628,6 +672,9 @@ static void queue_discard(struct fc_queue *q);
 static void op_free(struct fc_op *op);
 static void event_unref(struct fc_event *e);
 
+static void node_free(struct fc_node *n);
+static void exec_free(struct fc_exec *e);
+
 static void graph_free(struct fc_graph *g)
 {
     struct fc_ctx *c = g->ctx;
@@ -641,6 +688,11 @@ static void graph_free(struct fc_graph *g)
         struct fc_op *op = g->head;
         g->head = op->next;
         op_free(op);
+    }
+    while (g->nhead) {
+        struct fc_node *n = g->nhead;
+        g->nhead = n->next;
+        node_free(n);
     }
     g->magic = 0;
     free(g);
@@ -720,6 +772,8 @@ static CUresult ctx_teardown(struct fc_ctx *c)
         free(a->base);
         free(a);
     }
+    while (c->execs)
+        exec_free(c->execs);
     while (c->graphs)
         graph_free(c->graphs);
     c->active = 0;
@@ -755,7 +809,8 @@ static void op_free(struct fc_op *op)
     case OP_WAIT:
         if (op->u.wait.q)
             queue_unref(op->u.wait.q);
-        event_unref(op->u.wait.ev);
+        if (op->u.wait.ev) /* NULL: a launch waiting for its exec's previous launch */
+            event_unref(op->u.wait.ev);
         break;
     default:
         break;
@@ -1897,6 +1952,12 @@ CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
         *phGraph = NULL;
         return leave(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     }
+    r = capture_to_nodes(g);
+    if (r != CUDA_SUCCESS) {
+        graph_free(g);
+        *phGraph = NULL;
+        return leave(r);
+    }
     *phGraph = (CUgraph)g;
     return leave(CUDA_SUCCESS);
 }
@@ -2448,6 +2509,46 @@ static CUresult get_function(CUfunction h, struct fc_function **out)
     return CUDA_SUCCESS;
 }
 
+/* A kernel launch of fn with its arguments copied now (as the driver takes them). */
+static CUresult kernel_op(const struct fc_function *fn, const unsigned grid[3],
+                          const unsigned block[3], void **kernelParams, struct fc_op **out)
+{
+    if (!grid[0] || !grid[1] || !grid[2] || !block[0] || !block[1] || !block[2] ||
+        (uint64_t)block[0] * block[1] * block[2] > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct fc_kernel *k = &g_kernels[fn->slot];
+    if (k->nparams > 0 && !kernelParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t total = 0;
+    for (int i = 0; i < k->nparams; i++) {
+        if (!kernelParams[i])
+            return CUDA_ERROR_INVALID_VALUE;
+        total += (k->sizes[i] + 15) & ~(size_t)15;
+    }
+    struct fc_op *op = op_new(OP_KERNEL);
+    unsigned char *blob = op && total ? malloc(total) : NULL;
+    if (!op || (total && !blob)) {
+        free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    size_t off = 0;
+    for (int i = 0; i < k->nparams; i++) {
+        memcpy(blob + off, kernelParams[i], k->sizes[i]); /* arguments are taken at launch */
+        op->u.k.args[i] = blob + off;
+        off += (k->sizes[i] + 15) & ~(size_t)15;
+    }
+    op->u.k.blob = blob;
+    op->u.k.blob_len = total;
+    op->u.k.fn = k->fn;
+    op->u.k.slot = fn->slot;
+    memcpy(op->u.k.grid, grid, sizeof op->u.k.grid);
+    memcpy(op->u.k.block, block, sizeof op->u.k.block);
+    if (k->fn == k_spin && k->nparams >= 1 && k->sizes[0] >= sizeof(uint64_t))
+        memcpy(&op->duration, op->u.k.args[0], sizeof op->duration);
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
                                 unsigned int gridDimZ, unsigned int blockDimX,
                                 unsigned int blockDimY, unsigned int blockDimZ,
@@ -2467,37 +2568,960 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
         return leave(r);
     if (fn->mod->ctx != s->ctx)
         return leave(CUDA_ERROR_INVALID_HANDLE);
-    if (!gridDimX || !gridDimY || !gridDimZ || !blockDimX || !blockDimY || !blockDimZ ||
-        (uint64_t)blockDimX * blockDimY * blockDimZ > 1024)
-        return leave(CUDA_ERROR_INVALID_VALUE);
-    const struct fc_kernel *k = &g_kernels[fn->slot];
-    if (k->nparams > 0 && !kernelParams)
-        return leave(CUDA_ERROR_INVALID_VALUE);
-    size_t total = 0;
-    for (int i = 0; i < k->nparams; i++) {
-        if (!kernelParams[i])
-            return leave(CUDA_ERROR_INVALID_VALUE);
-        total += (k->sizes[i] + 15) & ~(size_t)15;
-    }
-    struct fc_op *op = op_new(OP_KERNEL);
-    unsigned char *blob = op && total ? malloc(total) : NULL;
-    if (!op || (total && !blob)) {
-        free(op);
-        return leave(CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    size_t off = 0;
-    for (int i = 0; i < k->nparams; i++) {
-        memcpy(blob + off, kernelParams[i], k->sizes[i]); /* arguments are taken at launch */
-        op->u.k.args[i] = blob + off;
-        off += (k->sizes[i] + 15) & ~(size_t)15;
-    }
-    op->u.k.blob = blob;
-    op->u.k.fn = k->fn;
-    op->u.k.grid[0] = gridDimX, op->u.k.grid[1] = gridDimY, op->u.k.grid[2] = gridDimZ;
-    op->u.k.block[0] = blockDimX, op->u.k.block[1] = blockDimY, op->u.k.block[2] = blockDimZ;
-    if (k->fn == k_spin && k->nparams >= 1 && k->sizes[0] >= sizeof(uint64_t))
-        memcpy(&op->duration, op->u.k.args[0], sizeof op->duration);
+    const unsigned grid[3] = {gridDimX, gridDimY, gridDimZ};
+    const unsigned block[3] = {blockDimX, blockDimY, blockDimZ};
+    struct fc_op *op;
+    r = kernel_op(fn, grid, block, kernelParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
     return leave(submit(s, op, 0));
+}
+
+/* ========================================================================================
+ * Graphs: node graphs built with cuGraphAdd*Node (or by capture), instantiated into execs.
+ * An exec holds one template operation per node in a topological order; a launch queues a
+ * copy of each on the stream, so the nodes run one after another in dependency order (one
+ * valid schedule of the DAG). As on an H200 (driver 580.159): launches of one exec never
+ * overlap (a launch on another stream waits for the previous one), updates of grid, block,
+ * shared memory, arguments and even the function of a kernel node are accepted, memset
+ * nodes take a new value, element size or destination, and cuGraphExecUpdate refuses a
+ * changed topology (CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED).
+ * ======================================================================================== */
+
+#define MAGIC_NODE 0x46436e64u /* "FCnd" */
+#define MAGIC_EXEC 0x46436578u /* "FCex" */
+
+/* A copy of a template operation (the kernel's argument bytes included). */
+static struct fc_op *op_clone(const struct fc_op *t)
+{
+    struct fc_op *op = op_new(t->kind);
+    if (!op)
+        return NULL;
+    *op = *t;
+    op->next = NULL;
+    if (t->kind == OP_KERNEL && t->u.k.blob) {
+        op->u.k.blob = malloc(t->u.k.blob_len);
+        if (!op->u.k.blob) {
+            free(op);
+            return NULL;
+        }
+        memcpy(op->u.k.blob, t->u.k.blob, t->u.k.blob_len);
+        for (int i = 0; i < FC_MAX_PARAMS; i++)
+            if (t->u.k.args[i])
+                op->u.k.args[i] = op->u.k.blob + ((unsigned char *)t->u.k.args[i] - t->u.k.blob);
+    }
+    return op;
+}
+
+static void node_free(struct fc_node *n)
+{
+    if (n->tmpl)
+        op_free(n->tmpl);
+    if (n->ev)
+        event_unref(n->ev);
+    free(n->deps);
+    n->magic = 0;
+    free(n);
+}
+
+static struct fc_node *graph_nodes_head(struct fc_graph *g);
+
+static CUresult get_graph(CUgraph h, struct fc_graph **out)
+{
+    struct fc_graph *g = (struct fc_graph *)h;
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (g->magic != MAGIC_GRAPH)
+        die("%p is not a graph", (void *)h);
+    if (!ctx_alive(g->ctx))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = g;
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_node(CUgraphNode h, struct fc_node **out)
+{
+    struct fc_node *n = (struct fc_node *)h;
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n->magic != MAGIC_NODE)
+        die("%p is not a graph node", (void *)h);
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult get_exec(CUgraphExec h, struct fc_exec **out)
+{
+    struct fc_exec *e = (struct fc_exec *)h;
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (e->magic != MAGIC_EXEC)
+        die("%p is not a graph exec", (void *)h);
+    if (!ctx_alive(e->ctx))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+static struct fc_graph *graph_new(struct fc_ctx *c)
+{
+    struct fc_graph *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->magic = MAGIC_GRAPH;
+    g->ctx = c;
+    g->next = c->graphs;
+    if (g->next)
+        g->next->prev = g;
+    c->graphs = g;
+    return g;
+}
+
+/* Adds a node after checking its dependencies belong to g. Takes tmpl and ev. */
+static CUresult node_add(struct fc_graph *g, CUgraphNodeType type, struct fc_op *tmpl,
+                         struct fc_event *ev, const CUgraphNode *deps, size_t ndeps,
+                         CUgraphNode *out)
+{
+    CUresult r = CUDA_SUCCESS;
+    struct fc_node *n = NULL;
+    if (!out || (ndeps && !deps))
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < ndeps; i++) {
+        struct fc_node *d;
+        r = get_node(deps[i], &d);
+        if (r == CUDA_SUCCESS && d->g != g)
+            r = CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; r == CUDA_SUCCESS && j < i; j++)
+            if (deps[j] == deps[i])
+                r = CUDA_ERROR_INVALID_VALUE; /* a duplicate edge */
+    }
+    if (r == CUDA_SUCCESS && !(n = calloc(1, sizeof *n)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS && ndeps && !(n->deps = malloc(ndeps * sizeof *n->deps)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        if (n)
+            free(n);
+        if (tmpl)
+            op_free(tmpl);
+        if (ev)
+            event_unref(ev);
+        return r;
+    }
+    n->magic = MAGIC_NODE;
+    n->g = g;
+    n->type = type;
+    n->tmpl = tmpl;
+    n->ev = ev;
+    n->index = g->nnodes++;
+    for (size_t i = 0; i < ndeps; i++)
+        n->deps[i] = (struct fc_node *)deps[i];
+    n->ndeps = n->cap = ndeps;
+    if (g->ntail)
+        g->ntail->next = n;
+    else
+        g->nhead = n;
+    g->ntail = n;
+    *out = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+static struct fc_node *graph_nodes_head(struct fc_graph *g)
+{
+    return g->nhead;
+}
+
+CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    ENTER(cuGraphCreate, 1);
+    struct fc_ctx *c;
+    if (!phGraph || flags)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = need_ctx(&c);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    struct fc_graph *g = graph_new(c);
+    if (!g)
+        return leave(CUDA_ERROR_OUT_OF_MEMORY);
+    *phGraph = (CUgraph)g;
+    return leave(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph)
+{
+    ENTER(cuGraphDestroy, 1);
+    struct fc_graph *g;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS)
+        graph_free(g);
+    return leave(r);
+}
+
+/* The function of a kernel node: func (CUkernel is not simulated), in g's context. */
+static CUresult node_function(struct fc_graph *g, CUfunction func, struct fc_function **fn)
+{
+    CUresult r = get_function(func, fn);
+    if (r == CUDA_SUCCESS && (*fn)->mod->ctx != g->ctx)
+        r = CUDA_ERROR_INVALID_VALUE;
+    return r;
+}
+
+static CUresult kernel_node_op(struct fc_graph *g, const CUDA_KERNEL_NODE_PARAMS *p,
+                               struct fc_op **op)
+{
+    struct fc_function *fn;
+    if (!p || p->extra || (!p->func && p->kern))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult r = node_function(g, p->func, &fn);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    return kernel_op(fn, grid, block, p->kernelParams, op);
+}
+
+CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphAddKernelNode, 1);
+    struct fc_graph *g;
+    struct fc_op *op = NULL;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS)
+        r = nodeParams ? kernel_node_op(g, nodeParams, &op) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_add(g, CU_GRAPH_NODE_TYPE_KERNEL, op, NULL, dependencies, numDependencies,
+                          phGraphNode));
+}
+
+static CUresult memset_node_op(const CUDA_MEMSET_NODE_PARAMS *p, struct fc_op **out)
+{
+    if (!p || (p->elementSize != 1 && p->elementSize != 4) || p->height != 1 || !p->width)
+        return CUDA_ERROR_INVALID_VALUE; /* 1D, 8- or 32-bit elements are simulated */
+    CUresult r = memset_check(p->dst, p->elementSize, p->width);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct fc_op *op = op_new(OP_MEMSET);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.set.dst = (unsigned char *)(uintptr_t)p->dst;
+    op->u.set.value = p->value;
+    op->u.set.elem = p->elementSize;
+    op->u.set.count = p->width;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
+{
+    ENTER(cuGraphAddMemsetNode, 1);
+    struct fc_graph *g;
+    struct fc_op *op = NULL;
+    (void)ctx;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS)
+        r = memset_node_op(memsetParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_add(g, CU_GRAPH_NODE_TYPE_MEMSET, op, NULL, dependencies, numDependencies,
+                          phGraphNode));
+}
+
+/* 1D copies between any two addresses (unified addressing): srcDevice/dstDevice or
+ * srcHost/dstHost by memory type, WidthInBytes bytes, Height and Depth 1. */
+static CUresult memcpy_node_op(const CUDA_MEMCPY3D *p, struct fc_op **out)
+{
+    if (!p || p->Height > 1 || p->Depth > 1 || !p->WidthInBytes || p->srcXInBytes ||
+        p->dstXInBytes || p->srcY || p->dstY || p->srcZ || p->dstZ)
+        return CUDA_ERROR_INVALID_VALUE;
+    const void *src = p->srcMemoryType == CU_MEMORYTYPE_HOST ? p->srcHost
+                                                              : (const void *)(uintptr_t)p->srcDevice;
+    void *dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost : (void *)(uintptr_t)p->dstDevice;
+    if (!src || !dst)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct fc_op *op = op_new(OP_COPY);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->u.copy.dst = dst;
+    op->u.copy.src = src;
+    op->u.copy.n = p->WidthInBytes;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                      const CUgraphNode *dependencies, size_t numDependencies,
+                                      const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    ENTER(cuGraphAddMemcpyNode, 1);
+    struct fc_graph *g;
+    struct fc_op *op = NULL;
+    (void)ctx;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS)
+        r = memcpy_node_op(copyParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_add(g, CU_GRAPH_NODE_TYPE_MEMCPY, op, NULL, dependencies, numDependencies,
+                          phGraphNode));
+}
+
+CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                    const CUgraphNode *dependencies, size_t numDependencies,
+                                    const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphAddHostNode, 1);
+    struct fc_graph *g;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS && (!nodeParams || !nodeParams->fn))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    struct fc_op *op = op_new(OP_HOSTFN);
+    if (!op)
+        return leave(CUDA_ERROR_OUT_OF_MEMORY);
+    op->u.host.fn = nodeParams->fn;
+    op->u.host.data = nodeParams->userData;
+    return leave(node_add(g, CU_GRAPH_NODE_TYPE_HOST, op, NULL, dependencies, numDependencies,
+                          phGraphNode));
+}
+
+CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                     const CUgraphNode *dependencies, size_t numDependencies)
+{
+    ENTER(cuGraphAddEmptyNode, 1);
+    struct fc_graph *g;
+    CUresult r = get_graph(hGraph, &g);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_add(g, CU_GRAPH_NODE_TYPE_EMPTY, NULL, NULL, dependencies, numDependencies,
+                          phGraphNode));
+}
+
+static CUresult event_node_add(CUgraphNode *out, CUgraph hGraph, const CUgraphNode *deps,
+                               size_t ndeps, CUevent event, CUgraphNodeType type)
+{
+    struct fc_graph *g;
+    struct fc_event *e;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS)
+        r = get_event(event, &e, 0);
+    if (r == CUDA_SUCCESS && e->ctx != g->ctx)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    e->refs++;
+    return node_add(g, type, NULL, e, deps, ndeps, out);
+}
+
+CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                           const CUgraphNode *dependencies,
+                                           size_t numDependencies, CUevent event)
+{
+    ENTER(cuGraphAddEventRecordNode, 1);
+    return leave(event_node_add(phGraphNode, hGraph, dependencies, numDependencies, event,
+                                CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+}
+
+CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies,
+                                         CUevent event)
+{
+    ENTER(cuGraphAddEventWaitNode, 1);
+    return leave(event_node_add(phGraphNode, hGraph, dependencies, numDependencies, event,
+                                CU_GRAPH_NODE_TYPE_WAIT_EVENT));
+}
+
+CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
+                                        const CUgraphNode *to, size_t numDependencies)
+{
+    ENTER(cuGraphAddDependencies, 1);
+    struct fc_graph *g;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS && numDependencies && (!from || !to))
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < numDependencies; i++) {
+        struct fc_node *a, *b;
+        r = get_node(from[i], &a);
+        if (r == CUDA_SUCCESS)
+            r = get_node(to[i], &b);
+        if (r == CUDA_SUCCESS && (a->g != g || b->g != g || a == b))
+            r = CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; r == CUDA_SUCCESS && j < b->ndeps; j++)
+            if (b->deps[j] == a)
+                r = CUDA_ERROR_INVALID_VALUE; /* already there */
+        if (r == CUDA_SUCCESS && b->ndeps == b->cap) {
+            size_t cap = b->cap ? 2 * b->cap : 4;
+            struct fc_node **d = realloc(b->deps, cap * sizeof *d);
+            if (!d)
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            else
+                b->deps = d, b->cap = cap;
+        }
+        if (r == CUDA_SUCCESS)
+            b->deps[b->ndeps++] = a;
+    }
+    return leave(r);
+}
+
+CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    ENTER(cuGraphGetNodes, 1);
+    struct fc_graph *g;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS && !numNodes)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    size_t i = 0;
+    for (struct fc_node *n = graph_nodes_head(g); n; n = n->next, i++)
+        if (nodes && i < *numNodes)
+            nodes[i] = (CUgraphNode)n;
+    if (!nodes || i < *numNodes)
+        *numNodes = i;
+    return leave(CUDA_SUCCESS);
+}
+
+CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    ENTER(cuGraphNodeGetType, 1);
+    struct fc_node *n;
+    CUresult r = type ? get_node(hNode, &n) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *type = n->type;
+    return leave(r);
+}
+
+static void exec_free(struct fc_exec *e)
+{
+    struct fc_ctx *c = e->ctx;
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        c->execs = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    for (size_t i = 0; i < e->n; i++) {
+        if (e->tmpl && e->tmpl[i])
+            op_free(e->tmpl[i]);
+        if (e->ev && e->ev[i])
+            event_unref(e->ev[i]);
+    }
+    if (e->last_q)
+        queue_unref(e->last_q);
+    free(e->type);
+    free(e->tmpl);
+    free(e->ev);
+    free(e->node);
+    free(e->dep_index);
+    free(e->dep_start);
+    e->magic = 0;
+    free(e);
+}
+
+/* Kahn's algorithm, ties broken by insertion order. order[] gets the nodes; false on a cycle. */
+static int topo_order(struct fc_graph *g, struct fc_node **order)
+{
+    size_t n = g->nnodes, done = 0;
+    char *placed = calloc(n ? n : 1, 1);
+    if (!placed)
+        return -1;
+    while (done < n) {
+        int progress = 0;
+        for (struct fc_node *x = g->nhead; x; x = x->next) {
+            if (placed[x->index])
+                continue;
+            size_t i = 0;
+            while (i < x->ndeps && placed[x->deps[i]->index])
+                i++;
+            if (i == x->ndeps) {
+                placed[x->index] = 1;
+                order[done++] = x;
+                progress = 1;
+            }
+        }
+        if (!progress)
+            break;
+    }
+    free(placed);
+    return done == n;
+}
+
+/* The exec of graph g: nodes in a topological order, with copies of their templates. */
+static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
+{
+    size_t n = g->nnodes, nd = 0;
+    for (struct fc_node *x = g->nhead; x; x = x->next)
+        nd += x->ndeps;
+    struct fc_exec *e = calloc(1, sizeof *e);
+    struct fc_node **order = malloc((n ? n : 1) * sizeof *order);
+    size_t *pos = malloc((n ? n : 1) * sizeof *pos);
+    if (e) {
+        e->type = calloc(n ? n : 1, sizeof *e->type);
+        e->tmpl = calloc(n ? n : 1, sizeof *e->tmpl);
+        e->ev = calloc(n ? n : 1, sizeof *e->ev);
+        e->node = calloc(n ? n : 1, sizeof *e->node);
+        e->dep_index = calloc(nd ? nd : 1, sizeof *e->dep_index);
+        e->dep_start = calloc(n + 1, sizeof *e->dep_start);
+    }
+    CUresult r = CUDA_SUCCESS;
+    if (!e || !order || !pos || !e->type || !e->tmpl || !e->ev || !e->node || !e->dep_index ||
+        !e->dep_start)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    int ok = r == CUDA_SUCCESS ? topo_order(g, order) : 0;
+    if (r == CUDA_SUCCESS && ok < 0)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    else if (r == CUDA_SUCCESS && !ok)
+        r = CUDA_ERROR_INVALID_VALUE; /* a cycle */
+    if (r == CUDA_SUCCESS) {
+        e->magic = MAGIC_EXEC;
+        e->ctx = g->ctx;
+        e->n = n;
+        for (size_t i = 0; i < n; i++)
+            pos[order[i]->index] = i;
+        size_t k = 0;
+        for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
+            struct fc_node *x = order[i];
+            e->type[i] = x->type;
+            e->node[i] = x;
+            e->dep_start[i] = k;
+            for (size_t j = 0; j < x->ndeps; j++)
+                e->dep_index[k++] = pos[x->deps[j]->index];
+            if (x->tmpl && !(e->tmpl[i] = op_clone(x->tmpl)))
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+            if (x->ev) {
+                e->ev[i] = x->ev;
+                x->ev->refs++;
+            }
+        }
+        e->dep_start[n] = k;
+    }
+    free(order);
+    free(pos);
+    if (r != CUDA_SUCCESS) {
+        if (e) {
+            for (size_t i = 0; i < e->n; i++) {
+                if (e->tmpl && e->tmpl[i])
+                    op_free(e->tmpl[i]);
+                if (e->ev && e->ev[i])
+                    event_unref(e->ev[i]);
+            }
+            free(e->type), free(e->tmpl), free(e->ev), free(e->node);
+            free(e->dep_index), free(e->dep_start), free(e);
+        }
+        return r;
+    }
+    e->next = g->ctx->execs;
+    if (e->next)
+        e->next->prev = e;
+    g->ctx->execs = e;
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+    struct fc_graph *g;
+    if (!phGraphExec || flags)
+        return CUDA_ERROR_INVALID_VALUE; /* no instantiate flag is simulated */
+    CUresult r = get_graph(hGraph, &g);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct fc_exec *e;
+    r = exec_build(g, &e);
+    if (r == CUDA_SUCCESS)
+        *phGraphExec = (CUgraphExec)e;
+    return r;
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags)
+{
+    ENTER(cuGraphInstantiate, 1);
+    return leave(instantiate(phGraphExec, hGraph, flags));
+}
+
+CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    ENTER(cuGraphExecDestroy, 1);
+    struct fc_exec *e;
+    CUresult r = get_exec(hGraphExec, &e);
+    if (r == CUDA_SUCCESS)
+        exec_free(e);
+    return leave(r);
+}
+
+/* Queues one launch of e on s: a wait for the exec's previous launch when it was on another
+ * queue (launches of one exec never overlap), then every node in order. Lock held. */
+static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
+{
+    uint64_t not_before = 0;
+    if (e->last_q && e->last_q != s->q && !e->last_q->dead) {
+        struct fc_op *w = op_new(OP_WAIT);
+        if (!w)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        w->u.wait.ev = NULL;
+        w->u.wait.q = e->last_q;
+        w->u.wait.seq = e->last_seq;
+        e->last_q->refs++;
+        not_before = e->last_ready;
+        CUresult r = submit(s, w, not_before);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    struct fc_op *last = NULL;
+    for (size_t i = 0; i < e->n; i++) {
+        struct fc_op *op = NULL;
+        struct fc_event *ev = e->ev[i];
+        switch (e->type[i]) {
+        case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+            op = op_new(OP_RECORD);
+            if (op) {
+                op->u.rec.ev = ev;
+                ev->refs++;
+            }
+            break;
+        case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+            if (!ev->rec_q)
+                continue; /* never recorded, or complete: nothing to wait for */
+            op = op_new(OP_WAIT);
+            if (op) {
+                op->u.wait.ev = ev;
+                ev->refs++;
+                op->u.wait.q = ev->rec_q;
+                op->u.wait.seq = ev->rec_seq;
+                ev->rec_q->refs++;
+            }
+            break;
+        case CU_GRAPH_NODE_TYPE_EMPTY:
+            continue;
+        default:
+            op = op_clone(e->tmpl[i]);
+            break;
+        }
+        if (!op)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = submit(s, op, not_before);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (e->type[i] == CU_GRAPH_NODE_TYPE_EVENT_RECORD &&
+            s->cap == CU_STREAM_CAPTURE_STATUS_NONE) {
+            if (ev->rec_q)
+                queue_unref(ev->rec_q);
+            ev->rec_q = s->q;
+            s->q->refs++;
+            ev->rec_seq = op->seq;
+            ev->rec_ready = op->ready_at;
+            ev->recorded = 1;
+        }
+        last = op;
+    }
+    if (last && s->cap == CU_STREAM_CAPTURE_STATUS_NONE) {
+        if (e->last_q)
+            queue_unref(e->last_q);
+        e->last_q = s->q;
+        s->q->refs++;
+        e->last_seq = last->seq;
+        e->last_ready = last->ready_at;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    ENTER(cuGraphLaunch, 1);
+    struct fc_exec *e;
+    struct fc_stream *s;
+    CUresult r = get_exec(hGraphExec, &e);
+    if (r == CUDA_SUCCESS)
+        r = get_stream(hStream, &s, 1);
+    if (r == CUDA_SUCCESS && s->ctx != e->ctx)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = exec_launch(e, s);
+    return leave(r);
+}
+
+/* The position of graph node h in exec e, or -1. */
+static long exec_pos(const struct fc_exec *e, CUgraphNode h)
+{
+    for (size_t i = 0; i < e->n; i++)
+        if (e->node[i] == (const void *)h)
+            return (long)i;
+    return -1;
+}
+
+/* Replaces the template at the position of node h: the kind must match. Takes op. */
+static CUresult exec_set(CUgraphExec hExec, CUgraphNode h, CUgraphNodeType type,
+                         struct fc_op *op)
+{
+    struct fc_exec *e;
+    CUresult r = get_exec(hExec, &e);
+    long i = r == CUDA_SUCCESS ? exec_pos(e, h) : -1;
+    if (r == CUDA_SUCCESS && (i < 0 || e->type[i] != type))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS) {
+        op_free(op);
+        return r;
+    }
+    op_free(e->tmpl[i]);
+    e->tmpl[i] = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                   const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphExecKernelNodeSetParams, 1);
+    struct fc_node *n;
+    struct fc_op *op = NULL;
+    CUresult r = get_node(hNode, &n);
+    if (r == CUDA_SUCCESS)
+        r = nodeParams ? kernel_node_op(n->g, nodeParams, &op) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(exec_set(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_KERNEL, op));
+}
+
+CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMSET_NODE_PARAMS *memsetParams,
+                                                CUcontext ctx)
+{
+    ENTER(cuGraphExecMemsetNodeSetParams, 1);
+    struct fc_op *op = NULL;
+    (void)ctx;
+    CUresult r = memset_node_op(memsetParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(exec_set(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMSET, op));
+}
+
+CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
+{
+    ENTER(cuGraphExecMemcpyNodeSetParams, 1);
+    struct fc_op *op = NULL;
+    (void)ctx;
+    CUresult r = memcpy_node_op(copyParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(exec_set(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_MEMCPY, op));
+}
+
+CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                              const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphExecHostNodeSetParams, 1);
+    if (!nodeParams || !nodeParams->fn)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    struct fc_op *op = op_new(OP_HOSTFN);
+    if (!op)
+        return leave(CUDA_ERROR_OUT_OF_MEMORY);
+    op->u.host.fn = nodeParams->fn;
+    op->u.host.data = nodeParams->userData;
+    return leave(exec_set(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST, op));
+}
+
+static CUresult exec_set_event(CUgraphExec hExec, CUgraphNode h, CUevent event,
+                               CUgraphNodeType type)
+{
+    struct fc_exec *x;
+    struct fc_event *ev;
+    CUresult r = get_exec(hExec, &x);
+    if (r == CUDA_SUCCESS)
+        r = get_event(event, &ev, 0);
+    long i = r == CUDA_SUCCESS ? exec_pos(x, h) : -1;
+    if (r == CUDA_SUCCESS && (i < 0 || x->type[i] != type || ev->ctx != x->ctx))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    ev->refs++;
+    event_unref(x->ev[i]);
+    x->ev[i] = ev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                    CUevent event)
+{
+    ENTER(cuGraphExecEventRecordNodeSetEvent, 1);
+    return leave(exec_set_event(hGraphExec, hNode, event, CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+}
+
+CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                  CUevent event)
+{
+    ENTER(cuGraphExecEventWaitNodeSetEvent, 1);
+    return leave(exec_set_event(hGraphExec, hNode, event, CU_GRAPH_NODE_TYPE_WAIT_EVENT));
+}
+
+/* Same topology (node count, types, dependencies in a topological order): every node's
+ * parameters are copied into the exec, which keeps its own node handles. */
+CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                      CUgraphExecUpdateResultInfo *resultInfo)
+{
+    ENTER(cuGraphExecUpdate, 1);
+    struct fc_exec *e, *fresh = NULL;
+    struct fc_graph *g;
+    CUresult r = get_exec(hGraphExec, &e);
+    if (r == CUDA_SUCCESS)
+        r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS && !resultInfo)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = exec_build(g, &fresh);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    memset(resultInfo, 0, sizeof *resultInfo);
+    CUgraphExecUpdateResult why = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    if (fresh->n != e->n || memcmp(fresh->dep_start, e->dep_start, (e->n + 1) * sizeof(size_t)) ||
+        memcmp(fresh->dep_index, e->dep_index, e->dep_start[e->n] * sizeof(size_t)))
+        why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    for (size_t i = 0; why == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < e->n; i++)
+        if (fresh->type[i] != e->type[i]) {
+            why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+            resultInfo->errorNode = (CUgraphNode)fresh->node[i];
+        }
+    if (why == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+        for (size_t i = 0; i < e->n; i++) { /* swap parameters, keep e's node handles */
+            struct fc_op *t = e->tmpl[i];
+            struct fc_event *v = e->ev[i];
+            e->tmpl[i] = fresh->tmpl[i];
+            e->ev[i] = fresh->ev[i];
+            fresh->tmpl[i] = t;
+            fresh->ev[i] = v;
+        }
+    }
+    exec_free(fresh);
+    resultInfo->result = why;
+    return leave(why == CU_GRAPH_EXEC_UPDATE_SUCCESS ? CUDA_SUCCESS
+                                                     : CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+}
+
+static const char *node_type_name(CUgraphNodeType t)
+{
+    switch (t) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return "KERNEL";
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return "MEMCPY";
+    case CU_GRAPH_NODE_TYPE_MEMSET: return "MEMSET";
+    case CU_GRAPH_NODE_TYPE_HOST: return "HOST";
+    case CU_GRAPH_NODE_TYPE_EMPTY: return "EMPTY";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
+    default: return "OTHER";
+    }
+}
+
+/* A DOT file like the driver's in outline: one record per node, labelled with its type (and
+ * a kernel's name and launch shape), and an edge per dependency. */
+CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+{
+    ENTER(cuGraphDebugDotPrint, 1);
+    struct fc_graph *g;
+    (void)flags;
+    CUresult r = get_graph(hGraph, &g);
+    if (r == CUDA_SUCCESS && !path)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return leave(CUDA_ERROR_OPERATING_SYSTEM);
+    fprintf(f, "digraph dot {\nsubgraph cluster_1 {\nlabel=\"graph_1\" graph[style=\"dashed\"];\n");
+    for (struct fc_node *n = g->nhead; n; n = n->next) {
+        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL)
+            fprintf(f, "\"graph_1_node_%zu\"[shape=\"record\" label=\"{KERNEL | {ID | %zu | %s\\<\\<\\<%u,%u,0\\>\\>\\>}}\"];\n",
+                    n->index, n->index, g_kernels[n->tmpl->u.k.slot].name,
+                    n->tmpl->u.k.grid[0], n->tmpl->u.k.block[0]);
+        else
+            fprintf(f, "\"graph_1_node_%zu\"[shape=\"record\" label=\"{%s | {ID | %zu}}\"];\n",
+                    n->index, node_type_name(n->type), n->index);
+    }
+    for (struct fc_node *n = g->nhead; n; n = n->next)
+        for (size_t i = 0; i < n->ndeps; i++)
+            fprintf(f, "\"graph_1_node_%zu\" -> \"graph_1_node_%zu\";\n", n->deps[i]->index,
+                    n->index);
+    fprintf(f, "}\n}\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return leave(CUDA_ERROR_OPERATING_SYSTEM);
+    return leave(CUDA_SUCCESS);
+}
+
+/* Parameter layout as the H200 reports it: natural alignment (at most 8), in order;
+ * CUDA_ERROR_INVALID_VALUE past the last parameter. */
+CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
+                                    size_t *paramSize)
+{
+    ENTER(cuFuncGetParamInfo, 1);
+    struct fc_function *fn;
+    CUresult r = get_function(func, &fn);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    const struct fc_kernel *k = &g_kernels[fn->slot];
+    if (paramIndex >= (size_t)k->nparams)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    size_t off = 0;
+    for (size_t i = 0; i <= paramIndex; i++) {
+        size_t a = k->sizes[i] >= 8 ? 8 : k->sizes[i] >= 4 ? 4 : k->sizes[i] >= 2 ? 2 : 1;
+        off = (off + a - 1) & ~(a - 1);
+        if (i == paramIndex)
+            break;
+        off += k->sizes[i];
+    }
+    if (paramOffset)
+        *paramOffset = off;
+    if (paramSize)
+        *paramSize = k->sizes[paramIndex];
+    return leave(CUDA_SUCCESS);
+}
+
+/* Turns the operations recorded by a capture into a chain of nodes (each depends on the one
+ * before), as the driver does for work captured on one stream. */
+static CUresult capture_to_nodes(struct fc_graph *g)
+{
+    CUgraphNode prev = NULL;
+    while (g->head) {
+        struct fc_op *op = g->head;
+        g->head = op->next;
+        if (!g->head)
+            g->tail = NULL;
+        g->nops--;
+        op->next = NULL;
+        CUgraphNodeType type;
+        struct fc_event *ev = NULL;
+        switch (op->kind) {
+        case OP_KERNEL: type = CU_GRAPH_NODE_TYPE_KERNEL; break;
+        case OP_MEMSET: type = CU_GRAPH_NODE_TYPE_MEMSET; break;
+        case OP_COPY: type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
+        case OP_HOSTFN: type = CU_GRAPH_NODE_TYPE_HOST; break;
+        case OP_RECORD:
+            type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+            ev = op->u.rec.ev;
+            ev->refs++;
+            op_free(op);
+            op = NULL;
+            break;
+        default: /* OP_WAIT */
+            type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+            ev = op->u.wait.ev;
+            if (ev)
+                ev->refs++;
+            op_free(op);
+            op = NULL;
+            break;
+        }
+        CUgraphNode n;
+        CUresult r = node_add(g, type, op, ev, prev ? &prev : NULL, prev ? 1 : 0, &n);
+        if (r != CUDA_SUCCESS)
+            return r;
+        prev = n;
+    }
+    return CUDA_SUCCESS;
 }
 
 /* ========================================================================================
@@ -2584,6 +3608,31 @@ static const struct fc_proc g_procs[] = {
     PROC(cuModuleUnload, 2000, cuModuleUnload),
     PROC(cuModuleGetFunction, 2000, cuModuleGetFunction),
     PROC(cuLaunchKernel, 4000, cuLaunchKernel),
+    PROC(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
+    PROC(cuGraphCreate, 10000, cuGraphCreate),
+    PROC(cuGraphDestroy, 10000, cuGraphDestroy),
+    PROC(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2),
+    PROC(cuGraphAddMemsetNode, 10000, cuGraphAddMemsetNode),
+    PROC(cuGraphAddMemcpyNode, 10000, cuGraphAddMemcpyNode),
+    PROC(cuGraphAddHostNode, 10000, cuGraphAddHostNode),
+    PROC(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode),
+    PROC(cuGraphAddEventRecordNode, 11010, cuGraphAddEventRecordNode),
+    PROC(cuGraphAddEventWaitNode, 11010, cuGraphAddEventWaitNode),
+    PROC(cuGraphAddDependencies, 10000, cuGraphAddDependencies),
+    PROC(cuGraphGetNodes, 10000, cuGraphGetNodes),
+    PROC(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
+    PROC(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags),
+    PROC(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
+    PROC(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
+    PROC(cuGraphLaunch, 10000, cuGraphLaunch),
+    PROC(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2),
+    PROC(cuGraphExecMemsetNodeSetParams, 10020, cuGraphExecMemsetNodeSetParams),
+    PROC(cuGraphExecMemcpyNodeSetParams, 10020, cuGraphExecMemcpyNodeSetParams),
+    PROC(cuGraphExecHostNodeSetParams, 10020, cuGraphExecHostNodeSetParams),
+    PROC(cuGraphExecEventRecordNodeSetEvent, 11010, cuGraphExecEventRecordNodeSetEvent),
+    PROC(cuGraphExecEventWaitNodeSetEvent, 11010, cuGraphExecEventWaitNodeSetEvent),
+    PROC(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2),
+    PROC(cuGraphDebugDotPrint, 11030, cuGraphDebugDotPrint),
 };
 
 /* The newest form of symbol introduced at or before cudaVersion. Per-thread-default-stream

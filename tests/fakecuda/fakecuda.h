@@ -20,7 +20,16 @@
  *  - stream priorities range from 0 (least) to -5 (greatest); out-of-range values are clamped;
  *  - destroying a stream with queued work returns at once; the work still runs (at the next
  *    context-wide synchronisation here); a new stream does not wait for it;
- *  - in a child forked after cuInit every call returns CUDA_ERROR_NOT_INITIALIZED.
+ *  - in a child forked after cuInit every call returns CUDA_ERROR_NOT_INITIALIZED;
+ *  - graphs (cuGraphCreate, kernel, memset, 1D memcpy, host, empty, event record and wait
+ *    nodes, explicit dependencies, or a capture's operations as a chain) instantiate into
+ *    execs whose launches run the nodes in a topological order on the stream; launches of one
+ *    exec never overlap (a launch on another stream waits for the previous one); an exec
+ *    accepts new arguments, launch shape, shared memory and even another function for a
+ *    kernel node, and a new value, element size or destination for a memset node;
+ *    cuGraphExecUpdate refuses a changed topology; cuFuncGetParamInfo gives naturally
+ *    aligned offsets and CUDA_ERROR_INVALID_VALUE past the last parameter;
+ *  - a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and breaks every context.
  * Work is executed lazily: a stream's queued operations run in order when the stream, an
  * event recorded on it, or the context is synchronised, when a synchronous copy runs, or when
  * cuStreamQuery/cuEventQuery finds their simulated duration elapsed. Kernels run as host

@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The driver's graph semantics the graph-replay cache relies on, checked on both drivers:
+ * the simulated one must behave as the H200 did (driver 580.159, 2026-11-29), so a test that
+ * passes here on the simulation and fails on the GPU means the simulation is wrong.
+ * Results are checked value by value: kernels write device memory, read back afterwards.
+ */
+#define _GNU_SOURCE /* mkstemp */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static struct {
+    CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
+    CUresult (*cuGraphDestroy)(CUgraph);
+    CUresult (*cuGraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                     const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*cuGraphAddMemsetNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                     const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+    CUresult (*cuGraphAddMemcpyNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                     const CUDA_MEMCPY3D *, CUcontext);
+    CUresult (*cuGraphAddHostNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                   const CUDA_HOST_NODE_PARAMS *);
+    CUresult (*cuGraphAddEventRecordNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                          CUevent);
+    CUresult (*cuGraphAddEventWaitNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                        CUevent);
+    CUresult (*cuGraphAddDependencies)(CUgraph, const CUgraphNode *, const CUgraphNode *, size_t);
+    CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+    CUresult (*cuGraphNodeGetType)(CUgraphNode, CUgraphNodeType *);
+    CUresult (*cuGraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                               const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*cuGraphExecMemsetNodeSetParams)(CUgraphExec, CUgraphNode,
+                                               const CUDA_MEMSET_NODE_PARAMS *, CUcontext);
+    CUresult (*cuGraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
+    CUresult (*cuGraphDebugDotPrint)(CUgraph, const char *, unsigned int);
+    CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+    CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+} gr;
+
+static struct tu_kernels k;
+static CUstream s1, s2;
+static CUdeviceptr mem; /* 16 counters */
+
+#define RES(name, version) TU_OK(cupool_driver_get_proc(#name, version, (void **)&gr.name))
+
+static void setup(void)
+{
+    tu_setup();
+    RES(cuGraphCreate, 10000);
+    RES(cuGraphDestroy, 10000);
+    RES(cuGraphAddKernelNode, 12000);
+    RES(cuGraphAddMemsetNode, 10000);
+    RES(cuGraphAddMemcpyNode, 10000);
+    RES(cuGraphAddHostNode, 10000);
+    RES(cuGraphAddEventRecordNode, 11010);
+    RES(cuGraphAddEventWaitNode, 11010);
+    RES(cuGraphAddDependencies, 10000);
+    RES(cuGraphGetNodes, 10000);
+    RES(cuGraphNodeGetType, 10000);
+    RES(cuGraphInstantiate, 12000);
+    RES(cuGraphExecDestroy, 10000);
+    RES(cuGraphLaunch, 10000);
+    RES(cuGraphExecKernelNodeSetParams, 12000);
+    RES(cuGraphExecMemsetNodeSetParams, 10020);
+    RES(cuGraphExecUpdate, 12000);
+    RES(cuGraphDebugDotPrint, 11030);
+    RES(cuFuncGetParamInfo, 12040);
+    RES(cuStreamBeginCapture, 10010);
+    tu_load_kernels(&k);
+    TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuMemAlloc(&mem, 16 * 4));
+    TU_OK(tu.cuMemsetD32(mem, 0, 16));
+}
+
+static CUDA_KERNEL_NODE_PARAMS kparams(CUfunction f, void **args)
+{
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.func = f;
+    p.gridDimX = p.gridDimY = p.gridDimZ = 1;
+    p.blockDimX = p.blockDimY = p.blockDimZ = 1;
+    p.kernelParams = args;
+    return p;
+}
+
+static unsigned counter(int i)
+{
+    unsigned v[16];
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuMemcpyDtoH(v, mem, sizeof v));
+    return v[i];
+}
+
+/* A chain of n add_u32(mem + 4 * slot, v) nodes; nodes[] gets them. */
+static CUgraph chain(int n, int slot, unsigned v, CUgraphNode *nodes)
+{
+    CUgraph g;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    CUdeviceptr p = mem + 4 * (CUdeviceptr)slot;
+    void *args[] = {&p, &v};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(k.add_u32, args);
+    for (int i = 0; i < n; i++)
+        TU_OK(gr.cuGraphAddKernelNode(&nodes[i], g, i ? &nodes[i - 1] : NULL, i ? 1 : 0, &kp));
+    return g;
+}
+
+START_TEST(param_info_layout)
+{
+    size_t off = 0, size = 0;
+    TU_OK(gr.cuFuncGetParamInfo(k.add_u32, 0, &off, &size));
+    ck_assert_uint_eq(off, 0);
+    ck_assert_uint_eq(size, 8);
+    TU_OK(gr.cuFuncGetParamInfo(k.add_u32, 1, &off, &size));
+    ck_assert_uint_eq(off, 8);
+    ck_assert_uint_eq(size, 4);
+    TU_EQ(gr.cuFuncGetParamInfo(k.add_u32, 2, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(gr.cuFuncGetParamInfo(k.trap, 0, &off, &size), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+START_TEST(chain_launches_and_args_are_taken_at_add)
+{
+    CUgraphNode n[10];
+    CUgraph g = chain(10, 0, 3, n);
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(0), 60);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+START_TEST(kernel_node_updates_args_and_function)
+{
+    CUgraphNode n[3];
+    CUgraph g = chain(3, 1, 1, n);
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    CUdeviceptr p = mem + 4;
+    unsigned v = 10;
+    void *args[] = {&p, &v};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(k.add_u32, args);
+    TU_OK(gr.cuGraphExecKernelNodeSetParams(e, n[0], &kp)); /* argument 1 -> 10 */
+    void *one[] = {&p};
+    CUDA_KERNEL_NODE_PARAMS other = kparams(k.addone, one);
+    TU_OK(gr.cuGraphExecKernelNodeSetParams(e, n[2], &other)); /* another function */
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(1), 10 + 1 + 1);
+    /* the template graph is untouched: a new exec of it adds 1 three times */
+    CUgraphExec e2;
+    TU_OK(gr.cuGraphInstantiate(&e2, g, 0));
+    TU_OK(gr.cuGraphLaunch(e2, s1));
+    ck_assert_uint_eq(counter(1), 12 + 3);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphExecDestroy(e2));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+START_TEST(kernel_node_updates_launch_shape)
+{
+    CUgraph g;
+    CUgraphNode n;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    CUdeviceptr p = mem + 8;
+    unsigned v = 5;
+    void *args[] = {&p, &v};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(k.set_u32, args); /* every thread writes v */
+    TU_OK(gr.cuGraphAddKernelNode(&n, g, NULL, 0, &kp));
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    v = 77;
+    kp.gridDimX = 4;
+    kp.blockDimX = 32;
+    kp.sharedMemBytes = 1024;
+    TU_OK(gr.cuGraphExecKernelNodeSetParams(e, n, &kp));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(2), 77);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+static void count_host(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+START_TEST(dag_memset_kernels_memcpy_host)
+{
+    /* memset -> {add 1, add 2} -> copy to host -> host node; memset updated in the exec */
+    static int host_runs;
+    static unsigned out[2];
+    host_runs = 0;
+    CUgraph g;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    CUgraphNode set, a, b, cp, host;
+    CUDA_MEMSET_NODE_PARAMS mp;
+    memset(&mp, 0, sizeof mp);
+    mp.dst = mem + 12;
+    mp.value = 100;
+    mp.elementSize = 4;
+    mp.width = 2;
+    mp.height = 1;
+    TU_OK(gr.cuGraphAddMemsetNode(&set, g, NULL, 0, &mp, tu_ctx));
+    CUdeviceptr p0 = mem + 12, p1 = mem + 16;
+    unsigned v1 = 1, v2 = 2;
+    void *a0[] = {&p0, &v1}, *a1[] = {&p1, &v2};
+    CUDA_KERNEL_NODE_PARAMS ka = kparams(k.add_u32, a0), kb = kparams(k.add_u32, a1);
+    TU_OK(gr.cuGraphAddKernelNode(&a, g, &set, 1, &ka));
+    TU_OK(gr.cuGraphAddKernelNode(&b, g, &set, 1, &kb));
+    CUDA_MEMCPY3D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = mem + 12;
+    c.dstMemoryType = CU_MEMORYTYPE_HOST;
+    c.dstHost = out;
+    c.WidthInBytes = sizeof out;
+    c.Height = c.Depth = 1;
+    CUgraphNode ab[2] = {a, b};
+    TU_OK(gr.cuGraphAddMemcpyNode(&cp, g, ab, 2, &c, tu_ctx));
+    CUDA_HOST_NODE_PARAMS hp;
+    memset(&hp, 0, sizeof hp);
+    hp.fn = count_host;
+    hp.userData = &host_runs;
+    TU_OK(gr.cuGraphAddHostNode(&host, g, &cp, 1, &hp));
+    size_t nn = 0;
+    TU_OK(gr.cuGraphGetNodes(g, NULL, &nn));
+    ck_assert_uint_eq(nn, 5);
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    ck_assert_uint_eq(out[0], 101);
+    ck_assert_uint_eq(out[1], 102);
+    ck_assert_int_eq(host_runs, 1);
+    mp.value = 200;
+    TU_OK(gr.cuGraphExecMemsetNodeSetParams(e, set, &mp, tu_ctx));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    ck_assert_uint_eq(out[0], 201);
+    ck_assert_uint_eq(out[1], 202);
+    ck_assert_int_eq(host_runs, 2);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+START_TEST(one_exec_launches_never_overlap)
+{
+    /* A 50 ms kernel launched from one exec on two streams: the second launch waits for the
+     * first (seen on the H200: 40 ms for two 20 ms launches, 20 ms with two execs). */
+    CUgraph g;
+    CUgraphNode n;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    unsigned long long ns = 50000000;
+    void *args[] = {&ns};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(k.spin, args);
+    TU_OK(gr.cuGraphAddKernelNode(&n, g, NULL, 0, &kp));
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    /* s1 is busy for 100 ms first, so its launch of e ends at about 150 ms; s2's launch,
+     * queued right after, would end at 50 ms if it did not wait. */
+    unsigned long long busy = 100000000;
+    tu_launch1(k.spin, s1, (void *[]){&busy});
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(gr.cuGraphLaunch(e, s2));
+    TU_OK(tu.cuStreamSynchronize(s2));
+    TU_OK(tu.cuStreamQuery(s1)); /* s2's launch could only finish after s1's */
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+START_TEST(exec_update_same_topology_only)
+{
+    CUgraphNode n[4], m[4], one;
+    CUgraph g = chain(4, 5, 1, n);
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    CUgraph same = chain(4, 5, 7, m); /* same structure, other arguments */
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    TU_OK(gr.cuGraphExecUpdate(e, same, &info));
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(5), 28);
+    CUgraph shorter = chain(1, 5, 1, &one);
+    memset(&info, 0, sizeof info);
+    TU_EQ(gr.cuGraphExecUpdate(e, shorter, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    TU_OK(gr.cuGraphLaunch(e, s1)); /* the exec is unchanged by the refusal */
+    ck_assert_uint_eq(counter(5), 56);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+    TU_OK(gr.cuGraphDestroy(same));
+    TU_OK(gr.cuGraphDestroy(shorter));
+}
+END_TEST
+
+START_TEST(event_nodes_order_two_graphs)
+{
+    /* graph A: spin, add 1, record ev; graph B: wait ev, set counter 7 -> counter 7, not 8 */
+    CUevent ev;
+    TU_OK(tu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    CUgraph a, b;
+    CUgraphNode sa, aa, ra, wb, xb;
+    TU_OK(gr.cuGraphCreate(&a, 0));
+    TU_OK(gr.cuGraphCreate(&b, 0));
+    unsigned long long ns = 20000000;
+    void *spin_args[] = {&ns};
+    CUDA_KERNEL_NODE_PARAMS ks = kparams(k.spin, spin_args);
+    TU_OK(gr.cuGraphAddKernelNode(&sa, a, NULL, 0, &ks));
+    CUdeviceptr p = mem + 24;
+    unsigned one = 1, seven = 7;
+    void *add_args[] = {&p, &one}, *set_args[] = {&p, &seven};
+    CUDA_KERNEL_NODE_PARAMS kadd = kparams(k.add_u32, add_args);
+    CUDA_KERNEL_NODE_PARAMS kset = kparams(k.set_u32, set_args);
+    TU_OK(gr.cuGraphAddKernelNode(&aa, a, &sa, 1, &kadd));
+    TU_OK(gr.cuGraphAddEventRecordNode(&ra, a, &aa, 1, ev));
+    TU_OK(gr.cuGraphAddEventWaitNode(&wb, b, NULL, 0, ev));
+    TU_OK(gr.cuGraphAddKernelNode(&xb, b, &wb, 1, &kset));
+    CUgraphExec ea, eb;
+    TU_OK(gr.cuGraphInstantiate(&ea, a, 0));
+    TU_OK(gr.cuGraphInstantiate(&eb, b, 0));
+    TU_OK(gr.cuGraphLaunch(ea, s1));
+    TU_OK(gr.cuGraphLaunch(eb, s2));
+    ck_assert_uint_eq(counter(6), 7);
+    TU_OK(gr.cuGraphExecDestroy(ea));
+    TU_OK(gr.cuGraphExecDestroy(eb));
+    TU_OK(gr.cuGraphDestroy(a));
+    TU_OK(gr.cuGraphDestroy(b));
+    TU_OK(tu.cuEventDestroy(ev));
+}
+END_TEST
+
+START_TEST(capture_makes_nodes_that_replay)
+{
+    CUstream cs;
+    TU_OK(tu.cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr p = mem + 28;
+    unsigned v = 3;
+    void *args[] = {&p, &v};
+    TU_OK(gr.cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    for (int i = 0; i < 3; i++)
+        tu_launch1(k.add_u32, cs, args);
+    CUgraph g;
+    TU_OK(tu.cuStreamEndCapture(cs, &g));
+    CUgraphNode nodes[8];
+    size_t nn = 8;
+    TU_OK(gr.cuGraphGetNodes(g, nodes, &nn));
+    ck_assert_uint_eq(nn, 3);
+    for (size_t i = 0; i < nn; i++) {
+        CUgraphNodeType t;
+        TU_OK(gr.cuGraphNodeGetType(nodes[i], &t));
+        ck_assert_int_eq(t, CU_GRAPH_NODE_TYPE_KERNEL);
+    }
+    ck_assert_uint_eq(counter(7), 0); /* captured, not run */
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(7), 18);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+    TU_OK(tu.cuStreamDestroy(cs));
+}
+END_TEST
+
+START_TEST(dot_file_names_nodes_and_edges)
+{
+    CUgraphNode n[3];
+    CUgraph g = chain(3, 8, 1, n);
+    char path[] = "/tmp/cupool-graph-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    TU_OK(gr.cuGraphDebugDotPrint(g, path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int digraph = 0, kernels = 0, edges = 0;
+    while (fgets(line, sizeof line, f)) {
+        digraph |= strstr(line, "digraph") != NULL;
+        kernels += strstr(line, "add_u32") != NULL;
+        edges += strstr(line, "->") != NULL;
+    }
+    fclose(f);
+    unlink(path);
+    ck_assert(digraph);
+    ck_assert_int_ge(kernels, 3);
+    ck_assert_int_ge(edges, 2);
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("graph");
+    TCase *tc = tcase_create("graph");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, param_info_layout);
+    tcase_add_test(tc, chain_launches_and_args_are_taken_at_add);
+    tcase_add_test(tc, kernel_node_updates_args_and_function);
+    tcase_add_test(tc, kernel_node_updates_launch_shape);
+    tcase_add_test(tc, dag_memset_kernels_memcpy_host);
+    tcase_add_test(tc, one_exec_launches_never_overlap);
+    tcase_add_test(tc, exec_update_same_topology_only);
+    tcase_add_test(tc, event_nodes_order_two_graphs);
+    tcase_add_test(tc, capture_makes_nodes_that_replay);
+    tcase_add_test(tc, dot_file_names_nodes_and_edges);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
