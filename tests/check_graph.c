@@ -64,7 +64,10 @@ static void setup(void)
     RES(cuGraphAddDependencies, 10000);
     RES(cuGraphGetNodes, 10000);
     RES(cuGraphNodeGetType, 10000);
-    RES(cuGraphInstantiate, 12000);
+    /* by its own name: cuGetProcAddress("cuGraphInstantiate") gives the old five-argument
+     * form even at 12000 (cuda.h alone maps the name; a three-argument call crashes) */
+    TU_OK(cupool_driver_get_proc("cuGraphInstantiateWithFlags", 11040,
+                                 (void **)&gr.cuGraphInstantiate));
     RES(cuGraphExecDestroy, 10000);
     RES(cuGraphLaunch, 10000);
     RES(cuGraphExecKernelNodeSetParams, 12000);

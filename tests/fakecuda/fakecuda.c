@@ -2936,10 +2936,32 @@ CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGrap
                                 CU_GRAPH_NODE_TYPE_WAIT_EVENT));
 }
 
+static CUresult add_dependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                 size_t numDependencies);
+
 CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
                                         const CUgraphNode *to, size_t numDependencies)
 {
     ENTER(cuGraphAddDependencies, 1);
+    return leave(add_dependencies(hGraph, from, to, numDependencies));
+}
+
+/* What cuGetProcAddress gives for cuGraphAddDependencies from 12030 (seen on an H200): edge
+ * data may be NULL or all-default edges; ports and edge types are not simulated. */
+CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
+                                           const CUgraphNode *to, const CUgraphEdgeData *edgeData,
+                                           size_t numDependencies)
+{
+    ENTER(cuGraphAddDependencies, 1);
+    for (size_t i = 0; edgeData && i < numDependencies; i++)
+        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
+            return leave(CUDA_ERROR_NOT_SUPPORTED);
+    return leave(add_dependencies(hGraph, from, to, numDependencies));
+}
+
+static CUresult add_dependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
+                                 size_t numDependencies)
+{
     struct fc_graph *g;
     CUresult r = get_graph(hGraph, &g);
     if (r == CUDA_SUCCESS && numDependencies && (!from || !to))
@@ -2965,7 +2987,7 @@ CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
         if (r == CUDA_SUCCESS)
             b->deps[b->ndeps++] = a;
     }
-    return leave(r);
+    return r;
 }
 
 CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
@@ -3143,6 +3165,20 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
 {
     ENTER(cuGraphInstantiate, 1);
     return leave(instantiate(phGraphExec, hGraph, flags));
+}
+
+/* The five-argument form cuGetProcAddress("cuGraphInstantiate") returns, even at 12000 (seen
+ * on an H200: only cuda.h maps the name to cuGraphInstantiateWithFlags). */
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                       CUgraphNode *phErrorNode, char *logBuffer,
+                                       size_t bufferSize)
+{
+    ENTER(cuGraphInstantiate, 1);
+    if (phErrorNode)
+        *phErrorNode = NULL;
+    if (logBuffer && bufferSize)
+        logBuffer[0] = '\0';
+    return leave(instantiate(phGraphExec, hGraph, 0));
 }
 
 CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
@@ -3619,9 +3655,11 @@ static const struct fc_proc g_procs[] = {
     PROC(cuGraphAddEventRecordNode, 11010, cuGraphAddEventRecordNode),
     PROC(cuGraphAddEventWaitNode, 11010, cuGraphAddEventWaitNode),
     PROC(cuGraphAddDependencies, 10000, cuGraphAddDependencies),
+    PROC(cuGraphAddDependencies, 12030, cuGraphAddDependencies_v2),
     PROC(cuGraphGetNodes, 10000, cuGraphGetNodes),
     PROC(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
-    PROC(cuGraphInstantiate, 12000, cuGraphInstantiateWithFlags),
+    PROC(cuGraphInstantiate, 10000, cuGraphInstantiate_v2),
+    PROC(cuGraphInstantiate, 11000, cuGraphInstantiate_v2),
     PROC(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
     PROC(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
     PROC(cuGraphLaunch, 10000, cuGraphLaunch),
