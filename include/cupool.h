@@ -288,6 +288,105 @@ CUPOOL_API CUresult cupool_stats_print(FILE *out);
  */
 CUPOOL_API size_t cupool_metadata_bytes(void);
 
+/* ---------------------------------------------------------------------------------------- */
+/* Pipelines: kernel pipelines launched as cached graphs                                     */
+/* ---------------------------------------------------------------------------------------- */
+
+/**
+ * A pipeline: a reusable description of work (kernel launches, memsets, copies, event records
+ * and waits, host functions) launched on a stream with one call. Its *signature* (node types,
+ * functions, argument layouts, dependencies) keys a process-wide cache of instantiated graphs:
+ * a repeat launch of the same structure replays a cached CUgraphExec with only the changed
+ * nodes patched in. A pipeline object is used by one thread at a time; reset and refill it
+ * per request. Nodes are numbered from 0 in the order added (cupool_node_t).
+ */
+typedef struct cupool_pipeline *cupool_pipeline_t;
+typedef unsigned int cupool_node_t;
+
+/**
+ * Creates an empty pipeline. Returns CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE (pipeline NULL),
+ * CUDA_ERROR_OUT_OF_MEMORY, or the initialisation error. Thread-safe.
+ */
+CUPOOL_API CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline);
+/** Destroys a pipeline (NULL is ignored). Cached graphs stay cached. */
+CUPOOL_API CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline);
+/** Removes every node, keeping the pipeline's memory for the next description. */
+CUPOOL_API CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline);
+
+/**
+ * Appends a kernel launch, shaped exactly like cuLaunchKernel: grid and block dimensions,
+ * dynamic shared memory (bytes) and args (one pointer per kernel parameter; the values are
+ * copied now, as cuLaunchKernel copies them at launch). By default the node depends on the
+ * node added before it. *node (if not NULL) gets its number.
+ * Needs a CUDA 12.4 driver (cuFuncGetParamInfo gives the argument layout).
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline or function, a zero
+ * dimension, args NULL for a kernel with parameters); CUDA_ERROR_NOT_SUPPORTED (driver older
+ * than 12.4); CUDA_ERROR_OUT_OF_MEMORY; a driver error of cuFuncGetParamInfo.
+ */
+CUPOOL_API CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f,
+                                           unsigned int grid_x, unsigned int grid_y,
+                                           unsigned int grid_z, unsigned int block_x,
+                                           unsigned int block_y, unsigned int block_z,
+                                           unsigned int shared_bytes, void **args,
+                                           cupool_node_t *node);
+/** Appends a memset of count elements of element_bytes (1 or 4) at dst to value. */
+CUPOOL_API CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst,
+                                           unsigned int value, unsigned int element_bytes,
+                                           size_t count, cupool_node_t *node);
+/** Appends a copy of bytes from src to dst (unified addressing: device memory or pinned host
+ * memory on either side). */
+CUPOOL_API CUresult cupool_pipeline_memcpy(cupool_pipeline_t pipeline, CUdeviceptr dst,
+                                           CUdeviceptr src, size_t bytes, cupool_node_t *node);
+/** Appends a record of event (as cuEventRecord). */
+CUPOOL_API CUresult cupool_pipeline_event_record(cupool_pipeline_t pipeline, CUevent event,
+                                                 cupool_node_t *node);
+/** Appends a wait for event (as cuStreamWaitEvent). */
+CUPOOL_API CUresult cupool_pipeline_event_wait(cupool_pipeline_t pipeline, CUevent event,
+                                               cupool_node_t *node);
+/** Appends a host function call (as cuLaunchHostFunc). */
+CUPOOL_API CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn,
+                                         void *user_data, cupool_node_t *node);
+/**
+ * Makes node depend on exactly the count nodes in on[] (each added before it), replacing its
+ * default dependency: explicit edges make a DAG; count 0 makes it a root.
+ * Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (a node number out of range, a dependency
+ * not added before node, on NULL with count > 0); nothing changes on error.
+ */
+CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
+                                           const cupool_node_t *on, size_t count);
+
+/**
+ * Launches the pipeline on stream (in the current context). A hit on a cached signature
+ * launches a cached graph exec after updating only the nodes whose parameters differ from
+ * that exec's last launch; a miss builds and instantiates a graph (tens to hundreds of
+ * microseconds) and caches it. An exec is reused only on the stream that launched it last
+ * or once its last launch has finished, so two streams never share one (the driver would
+ * serialise them). With CUPOOL_GRAPH_DISABLE=1, or a driver without graphs, the nodes are
+ * launched one by one instead, with the same results.
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline, or no nodes); the driver's
+ * error of a failed launch (the cache stays consistent); the lifecycle errors of every call.
+ */
+CUPOOL_API CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream);
+
+/** Graph-cache statistics (counts since start; bytes is an estimate of the memory held). */
+typedef struct cupool_graph_stats {
+    uint64_t launches;        /**< pipeline launches through the cache */
+    uint64_t hits;            /**< launches that found their signature cached */
+    uint64_t misses;          /**< launches that built a graph */
+    uint64_t instantiations;  /**< cuGraphInstantiate calls (misses, extra execs, retries) */
+    uint64_t updates;         /**< launches that updated at least one node */
+    uint64_t nodes_updated;   /**< node parameter updates */
+    uint64_t update_failures; /**< updates the driver refused (the exec was re-instantiated) */
+    uint64_t evictions;       /**< cache entries evicted */
+    uint64_t eager_launches;  /**< launches made node by node (CUPOOL_GRAPH_DISABLE) */
+    uint64_t entries;         /**< entries cached now */
+    uint64_t execs;           /**< graph execs alive now */
+    uint64_t bytes;           /**< estimated host and driver memory held by the cache */
+} cupool_graph_stats_t;
+
+/** Copies the graph-cache statistics into *stats. Never calls the driver. */
+CUPOOL_API CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats);
+
 #ifdef __cplusplus
 }
 #endif

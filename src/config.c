@@ -25,7 +25,7 @@ extern char **environ;
 
 struct cupool__config cupool__cfg;
 
-enum var_type { VAR_UINT, VAR_BOOL, VAR_LOG, VAR_STATS, VAR_PATH };
+enum var_type { VAR_UINT, VAR_U64, VAR_BOOL, VAR_LOG, VAR_STATS, VAR_PATH };
 
 struct var {
     const char *name;
@@ -43,6 +43,10 @@ static const struct var vars[] = {
     {"CUPOOL_STREAM_PREWARM", VAR_UINT, OFF(stream_prewarm), 0, 4096, 0, NULL},
     {"CUPOOL_EVENT_PREWARM", VAR_UINT, OFF(event_prewarm), 0, 65536, 0, NULL},
     {"CUPOOL_DISABLE", VAR_BOOL, OFF(disable), 0, 1, 0, NULL},
+    {"CUPOOL_GRAPH_CACHE_BYTES", VAR_U64, OFF(graph_cache_bytes), 0, 1UL << 48, 256UL << 20, NULL},
+    {"CUPOOL_GRAPH_CACHE_ENTRIES", VAR_UINT, OFF(graph_cache_entries), 0, 1000000, 1024, NULL},
+    {"CUPOOL_GRAPH_EXECS_MAX", VAR_UINT, OFF(graph_execs_max), 1, 64, 8, NULL},
+    {"CUPOOL_GRAPH_DISABLE", VAR_BOOL, OFF(graph_disable), 0, 1, 0, NULL},
     {"CUPOOL_DESTROY_ON_EXIT", VAR_BOOL, OFF(destroy_on_exit), 0, 1, 0, NULL},
     {"CUPOOL_STATS", VAR_STATS, OFF(stats_mode), 0, 0, CUPOOL_STATS_OFF, "0"},
     {"CUPOOL_DRIVER_PATH", VAR_PATH, OFF(driver_path), 0, 0, 0, "libcuda.so.1"},
@@ -126,6 +130,7 @@ static void set_defaults(struct cupool__config *cfg)
         char *field = (char *)cfg + v->offset;
         switch (v->type) {
         case VAR_UINT: *(uint32_t *)field = (uint32_t)v->def; break;
+        case VAR_U64: *(uint64_t *)field = (uint64_t)v->def; break;
         case VAR_BOOL: *(bool *)field = v->def != 0; break;
         case VAR_LOG:
         case VAR_STATS: *(int *)field = (int)v->def; break;
@@ -141,10 +146,14 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
     quote_value(q, sizeof(q), value);
     char *field = (char *)cfg + v->offset;
     switch (v->type) {
-    case VAR_UINT: {
+    case VAR_UINT:
+    case VAR_U64: {
         unsigned long n;
         if (parse_uint(value, &n) && n >= v->min && n <= v->max) {
-            *(uint32_t *)field = (uint32_t)n;
+            if (v->type == VAR_U64)
+                *(uint64_t *)field = (uint64_t)n;
+            else
+                *(uint32_t *)field = (uint32_t)n;
             return;
         }
         report_line(report, arg,
@@ -236,6 +245,7 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
         cfg->stats_path[0] = '\0';
     } else {
         size_t size = v->type == VAR_UINT ? sizeof(uint32_t)
+                    : v->type == VAR_U64  ? sizeof(uint64_t)
                     : v->type == VAR_BOOL ? sizeof(bool)
                     : v->type == VAR_PATH ? (size_t)CUPOOL_PATH_MAX
                                           : sizeof(int);

@@ -18,6 +18,10 @@ struct cupool__config {
     uint32_t event_prewarm;   /* events created when a class is first used (count) */
     bool disable;             /* pass-through: acquire creates, release destroys */
     bool destroy_on_exit;     /* destroy idle handles at exit, before the driver's teardown */
+    bool graph_disable;       /* pipelines launch node by node, never as graphs */
+    uint64_t graph_cache_bytes;   /* graph cache bound (bytes, estimated) */
+    uint32_t graph_cache_entries; /* graph cache bound (entries) */
+    uint32_t graph_execs_max;     /* execs per cached signature (count) */
     int stats_mode;           /* enum cupool__stats_mode */
     int log_level;            /* enum cupool__log_level */
     char stats_path[CUPOOL_PATH_MAX];

@@ -86,6 +86,13 @@ CUresult cupool__driver_load(const char *path, char *msg, size_t msglen)
     }
     CUPOOL_DRIVER_ENTRIES(X)
 #undef X
+    /* optional: a missing one stays NULL */
+#define X(name, version, ret, params)                                                 \
+    if (resolve(#name, version, (void **)&cupool__drv.name, msg, msglen) != CUDA_SUCCESS) \
+        cupool__drv.name = NULL;
+    CUPOOL_DRIVER_OPTIONAL(X)
+#undef X
+    msg[0] = '\0';
     r = cupool__drv.cuDriverGetVersion(&cupool__drv.version);
     if (r != CUDA_SUCCESS) {
         snprintf(msg, msglen, "cuDriverGetVersion in %s returned %s", cupool__drv.path,

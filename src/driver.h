@@ -25,9 +25,61 @@
     X(cuEventCreate, 2000, CUresult, (CUevent * e, unsigned int flags))                     \
     X(cuEventDestroy, 4000, CUresult, (CUevent e))
 
+/* Entry points of the pipeline API (graphs and eager launches). Optional: a driver without
+ * them still pools streams and events; a pipeline call then returns CUDA_ERROR_NOT_SUPPORTED.
+ * cuGraphInstantiate is asked for by its WithFlags name: cuGetProcAddress("cuGraphInstantiate")
+ * returns the five-argument form at every version from 11000 (seen on an H200). */
+#define CUPOOL_DRIVER_OPTIONAL(X)                                                           \
+    X(cuFuncGetParamInfo, 12040, CUresult, (CUfunction f, size_t i, size_t *off, size_t *size)) \
+    X(cuLaunchKernel, 4000, CUresult,                                                       \
+      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,       \
+       unsigned bz, unsigned shmem, CUstream s, void **args, void **extra))                \
+    X(cuMemsetD8Async, 3020, CUresult, (CUdeviceptr d, unsigned char v, size_t n, CUstream s)) \
+    X(cuMemsetD32Async, 3020, CUresult, (CUdeviceptr d, unsigned int v, size_t n, CUstream s)) \
+    X(cuMemcpyAsync, 4000, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)) \
+    X(cuEventRecord, 2000, CUresult, (CUevent e, CUstream s))                               \
+    X(cuEventQuery, 2000, CUresult, (CUevent e))                                            \
+    X(cuStreamWaitEvent, 3020, CUresult, (CUstream s, CUevent e, unsigned flags))           \
+    X(cuLaunchHostFunc, 10000, CUresult, (CUstream s, CUhostFn fn, void *data))             \
+    X(cuGraphCreate, 10000, CUresult, (CUgraph * g, unsigned flags))                        \
+    X(cuGraphDestroy, 10000, CUresult, (CUgraph g))                                         \
+    X(cuGraphAddKernelNode, 12000, CUresult,                                                \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd,                         \
+       const CUDA_KERNEL_NODE_PARAMS *p))                                                   \
+    X(cuGraphAddMemsetNode, 10000, CUresult,                                                \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd,                         \
+       const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c))                                      \
+    X(cuGraphAddMemcpyNode, 10000, CUresult,                                                \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd, const CUDA_MEMCPY3D *p, \
+       CUcontext c))                                                                        \
+    X(cuGraphAddHostNode, 10000, CUresult,                                                  \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd,                         \
+       const CUDA_HOST_NODE_PARAMS *p))                                                     \
+    X(cuGraphAddEventRecordNode, 11040, CUresult,                                           \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd, CUevent e))             \
+    X(cuGraphAddEventWaitNode, 11040, CUresult,                                             \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd, CUevent e))             \
+    X(cuGraphInstantiateWithFlags, 11040, CUresult,                                         \
+      (CUgraphExec * e, CUgraph g, unsigned long long flags))                               \
+    X(cuGraphLaunch, 10000, CUresult, (CUgraphExec e, CUstream s))                          \
+    X(cuGraphExecDestroy, 10000, CUresult, (CUgraphExec e))                                 \
+    X(cuGraphExecKernelNodeSetParams, 12000, CUresult,                                      \
+      (CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p))                     \
+    X(cuGraphExecMemsetNodeSetParams, 10020, CUresult,                                      \
+      (CUgraphExec e, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext c))        \
+    X(cuGraphExecMemcpyNodeSetParams, 10020, CUresult,                                      \
+      (CUgraphExec e, CUgraphNode n, const CUDA_MEMCPY3D *p, CUcontext c))                  \
+    X(cuGraphExecHostNodeSetParams, 10020, CUresult,                                        \
+      (CUgraphExec e, CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p))                       \
+    X(cuGraphExecEventRecordNodeSetEvent, 11040, CUresult,                                  \
+      (CUgraphExec x, CUgraphNode n, CUevent e))                                            \
+    X(cuGraphExecEventWaitNodeSetEvent, 11040, CUresult, (CUgraphExec x, CUgraphNode n, CUevent e)) \
+    X(cuGraphDebugDotPrint, 11040, CUresult, (CUgraph g, const char *path, unsigned flags))
+
 struct cupool__driver {
 #define X(name, version, ret, params) ret(*name) params;
     CUPOOL_DRIVER_ENTRIES(X)
+    CUPOOL_DRIVER_OPTIONAL(X)
 #undef X
     CUresult (*get_proc)(const char *symbol, void **pfn, int version, cuuint64_t flags,
                          CUdriverProcAddressQueryResult *status);

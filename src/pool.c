@@ -1319,6 +1319,7 @@ void cupool__pool_close(bool all_threads)
         /* handles over the cap went to the retire stack: the whole depot goes either way */
         close_class(c);
     }
+    cupool__graph_cache_close();
 }
 
 CUresult cupool_trim(void)

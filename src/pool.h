@@ -198,6 +198,9 @@ void cupool__pool_quiesce(void);
  * contexts that are gone are forgotten without a driver call. */
 void cupool__pool_close(bool all_threads);
 
+/* Destroys every cached pipeline graph (pipeline.c); the caller is the closer. */
+void cupool__graph_cache_close(void);
+
 /* The calling thread's cache, registering it (and its exit hook) first if needed; NULL only
  * when out of memory. */
 struct cupool__tcache *cupool__tcache_self(void);

@@ -357,7 +357,7 @@ static void die(const char *fmt, ...)
     X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)                      \
     X(cuEventSynchronize) X(cuEventElapsedTime)                                             \
     X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)          \
-    X(cuMemcpyDtoHAsync) X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async) \
+    X(cuMemcpyDtoHAsync) X(cuMemcpyAsync) X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async) \
     X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)          \
     X(cuFuncGetParamInfo) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)         \
     X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddHostNode)                    \
@@ -2319,6 +2319,17 @@ static CUresult memcpy_async(void *dst, const void *src, size_t n, uintptr_t dev
     return submit(s, op, 0);
 }
 
+/* Unified addressing: either side may be device memory or host memory; at least one must
+ * be a simulated allocation. */
+CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+                               CUstream hStream)
+{
+    ENTER(cuMemcpyAsync, 1);
+    uintptr_t dev = find_alloc((uintptr_t)dst, ByteCount, NULL) ? (uintptr_t)dst : (uintptr_t)src;
+    return leave(memcpy_async((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount,
+                              dev, hStream));
+}
+
 CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
                                       size_t ByteCount, CUstream hStream)
 {
@@ -3638,6 +3649,7 @@ static const struct fc_proc g_procs[] = {
     PROC(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2),
     PROC(cuMemsetD8, 3020, cuMemsetD8_v2),
     PROC(cuMemsetD32, 3020, cuMemsetD32_v2),
+    PROC(cuMemcpyAsync, 4000, cuMemcpyAsync),
     PROC(cuMemsetD8Async, 3020, cuMemsetD8Async),
     PROC(cuMemsetD32Async, 3020, cuMemsetD32Async),
     PROC(cuModuleLoadData, 2000, cuModuleLoadData),

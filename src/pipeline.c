@@ -1,0 +1,1161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Pipelines and the graph-replay cache (docs/design.md, "Graph-replay cache").
+ *
+ * A pipeline is a list of nodes with their parameters (kernel arguments copied into one
+ * buffer, laid out as cuFuncGetParamInfo says) and dependencies (by default the node before).
+ * Its signature is a list of 64-bit words: node types, kernel functions and argument sizes,
+ * dependency lists. The cache maps (context id, signature) to an entry: a template graph with
+ * its node handles and up to CUPOOL_GRAPH_EXECS_MAX execs, each remembering the parameters
+ * of its last launch. A launch diffs the pipeline against the chosen exec and updates only
+ * the nodes that differ.
+ *
+ * An exec is reused on the stream that launched it last, or once its last launch finished.
+ * "Finished" needs an event recorded after each launch; recording costs a driver call, so an
+ * entry records events only once it has been launched on two streams (most entries never
+ * are). Until then a launch on a new stream gets an exec of its own.
+ *
+ * The cache is one table under one mutex, held for lookups and exec selection, never across
+ * an instantiation or a launch.
+ */
+#include "internal.h"
+#include "alloc.h"
+#include "config.h"
+#include "driver.h"
+#include "error.h"
+#include "lifecycle.h"
+#include "pool.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define PIPELINE_MAGIC 0x7069706cu /* "pipl" */
+
+enum pn_type { PN_KERNEL = 1, PN_MEMSET, PN_MEMCPY, PN_RECORD, PN_WAIT, PN_HOST };
+
+/* A kernel's argument layout, from cuFuncGetParamInfo: shared by every pipeline. */
+struct fninfo {
+    CUfunction fn;
+    uint32_t nparams;
+    uint32_t bytes; /* end of the last parameter */
+    uint32_t *off, *size;
+    struct fninfo *next;
+};
+
+struct pnode {
+    uint32_t type;
+    uint32_t ndeps, dep_start; /* into the pipeline's deps[] */
+    uint32_t pad;
+    union {
+        struct {
+            CUfunction fn;
+            const struct fninfo *info;
+            uint32_t grid[3], block[3], shmem, arg_off; /* arg_off into the args buffer */
+        } k;
+        struct {
+            CUdeviceptr dst;
+            uint32_t value, elem;
+            size_t count;
+        } set;
+        struct {
+            CUdeviceptr dst, src;
+            size_t bytes;
+        } copy;
+        struct {
+            CUevent ev;
+        } ev;
+        struct {
+            CUhostFn fn;
+            void *user;
+        } host;
+    } u;
+};
+
+#define FN_CACHE 8
+
+struct cupool_pipeline {
+    uint32_t magic;
+    struct pnode *nodes;
+    uint32_t n, ndeps;
+    size_t cap, depcap;
+    uint32_t *deps;
+    unsigned char *args;
+    size_t alen, acap;
+    uint64_t *sig; /* scratch for the signature */
+    size_t sigcap;
+    void **argv; /* scratch for kernelParams */
+    size_t argvcap;
+    const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
+    unsigned fnext;
+};
+
+/* ---- small growable arrays from cupool's allocator ---- */
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t n = *cap ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *fresh = cupool__alloc(n * elem);
+    if (!fresh)
+        return false;
+    if (*p)
+        memcpy(fresh, *p, *cap * elem);
+    cupool__free(*p, *cap * elem);
+    *p = fresh;
+    *cap = n;
+    return true;
+}
+
+#define GROW(arr, cap, need) grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+
+/* ---- function argument layouts ---- */
+
+static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fninfo *fn_table[256];
+
+static size_t fn_bucket(CUfunction f)
+{
+    return (size_t)(((uint64_t)(uintptr_t)f * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
+}
+
+static CUresult fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct fninfo **out)
+{
+    for (unsigned i = 0; i < FN_CACHE; i++)
+        if (p->fcache[i] && p->fcache[i]->fn == f) {
+            *out = p->fcache[i];
+            return CUDA_SUCCESS;
+        }
+    pthread_mutex_lock(&fn_lock);
+    struct fninfo *fi = fn_table[fn_bucket(f)];
+    while (fi && fi->fn != f)
+        fi = fi->next;
+    pthread_mutex_unlock(&fn_lock);
+    if (!fi) {
+        if (!cupool__drv.cuFuncGetParamInfo)
+            return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                                "pipeline kernels need cuFuncGetParamInfo (a CUDA 12.4 driver)");
+        uint32_t n = 0, bytes = 0;
+        uint32_t *off = NULL, *size = NULL;
+        size_t capz = 0, capz2 = 0;
+        for (;;) {
+            size_t o = 0, s = 0;
+            CUresult r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, n, &o, &s));
+            if (r == CUDA_ERROR_INVALID_VALUE)
+                break; /* past the last parameter (or f has none) */
+            if (r != CUDA_SUCCESS) {
+                cupool__free(off, capz * sizeof(*off));
+                cupool__free(size, capz2 * sizeof(*size));
+                return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, n);
+            }
+            if (!grow((void **)&off, &capz, n + 1, sizeof(*off)) ||
+                !grow((void **)&size, &capz2, n + 1, sizeof(*size))) {
+                cupool__free(off, capz * sizeof(*off));
+                cupool__free(size, capz2 * sizeof(*size));
+                return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+            }
+            off[n] = (uint32_t)o;
+            size[n] = (uint32_t)s;
+            if (o + s > bytes)
+                bytes = (uint32_t)(o + s);
+            n++;
+        }
+        fi = cupool__alloc(sizeof(*fi));
+        if (!fi) {
+            cupool__free(off, capz * sizeof(*off));
+            cupool__free(size, capz2 * sizeof(*size));
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+        }
+        fi->fn = f;
+        fi->nparams = n;
+        fi->bytes = bytes;
+        fi->off = off;
+        fi->size = size;
+        pthread_mutex_lock(&fn_lock);
+        struct fninfo *again = fn_table[fn_bucket(f)];
+        while (again && again->fn != f)
+            again = again->next;
+        if (again) { /* another thread was first */
+            cupool__free(off, capz * sizeof(*off));
+            cupool__free(size, capz2 * sizeof(*size));
+            cupool__free(fi, sizeof(*fi));
+            fi = again;
+        } else {
+            fi->next = fn_table[fn_bucket(f)];
+            fn_table[fn_bucket(f)] = fi;
+        }
+        pthread_mutex_unlock(&fn_lock);
+    }
+    p->fcache[p->fnext++ % FN_CACHE] = fi;
+    *out = fi;
+    return CUDA_SUCCESS;
+}
+
+/* ---- building a pipeline ---- */
+
+static struct cupool_pipeline *pipeline_of(cupool_pipeline_t p)
+{
+    return p && p->magic == PIPELINE_MAGIC ? p : NULL;
+}
+
+CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
+{
+    if (!pipeline)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_create: pipeline is NULL");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cupool_pipeline *p = cupool__alloc(sizeof(*p));
+    if (!p)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline");
+    p->magic = PIPELINE_MAGIC;
+    *pipeline = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!pipeline)
+        return CUDA_SUCCESS;
+    if (!p)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_destroy: not a pipeline");
+    p->magic = 0;
+    cupool__free(p->nodes, p->cap * sizeof(*p->nodes));
+    cupool__free(p->deps, p->depcap * sizeof(*p->deps));
+    cupool__free(p->args, p->acap);
+    cupool__free(p->sig, p->sigcap * sizeof(*p->sig));
+    cupool__free(p->argv, p->argvcap * sizeof(*p->argv));
+    cupool__free(p, sizeof(*p));
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_reset: not a pipeline");
+    p->n = 0;
+    p->ndeps = 0;
+    p->alen = 0;
+    return CUDA_SUCCESS;
+}
+
+/* Appends a node depending on the one before it; *out gets it. */
+static CUresult node_push(struct cupool_pipeline *p, uint32_t type, struct pnode **out,
+                          cupool_node_t *number)
+{
+    if (!GROW(p->nodes, p->cap, p->n + 1) || !GROW(p->deps, p->depcap, p->ndeps + 1))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline node");
+    struct pnode *n = &p->nodes[p->n];
+    memset(n, 0, sizeof(*n));
+    n->type = type;
+    n->dep_start = p->ndeps;
+    if (p->n > 0) {
+        p->deps[p->ndeps++] = p->n - 1;
+        n->ndeps = 1;
+    }
+    if (number)
+        *number = p->n;
+    p->n++;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                                unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                                unsigned int block_y, unsigned int block_z,
+                                unsigned int shared_bytes, void **args, cupool_node_t *node)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || !f || !grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !p ? "cupool_pipeline_kernel: not a pipeline"
+                               : !f ? "cupool_pipeline_kernel: function is NULL"
+                                    : "cupool_pipeline_kernel: a grid or block dimension is 0");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct fninfo *fi = NULL;
+    r = fninfo_get(p, f, &fi);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (fi->nparams && !args)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_pipeline_kernel: args is NULL for a kernel of %u parameters",
+                            fi->nparams);
+    for (uint32_t i = 0; i < fi->nparams; i++)
+        if (!args[i])
+            return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                                "cupool_pipeline_kernel: args[%u] is NULL", i);
+    size_t off = (p->alen + 15) & ~(size_t)15;
+    if (!grow((void **)&p->args, &p->acap, off + fi->bytes + 1, 1))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for kernel arguments");
+    struct pnode *n;
+    r = node_push(p, PN_KERNEL, &n, node);
+    if (r != CUDA_SUCCESS)
+        return r;
+    memset(p->args + off, 0, fi->bytes);
+    for (uint32_t i = 0; i < fi->nparams; i++)
+        memcpy(p->args + off + fi->off[i], args[i], fi->size[i]);
+    p->alen = off + fi->bytes;
+    n->u.k.fn = f;
+    n->u.k.info = fi;
+    n->u.k.grid[0] = grid_x, n->u.k.grid[1] = grid_y, n->u.k.grid[2] = grid_z;
+    n->u.k.block[0] = block_x, n->u.k.block[1] = block_y, n->u.k.block[2] = block_z;
+    n->u.k.shmem = shared_bytes;
+    n->u.k.arg_off = (uint32_t)off;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
+                                unsigned int element_bytes, size_t count, cupool_node_t *node)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || !dst || !count || (element_bytes != 1 && element_bytes != 4))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_pipeline_memset: %s",
+                            !p ? "not a pipeline" : "needs dst, count > 0, element_bytes 1 or 4");
+    struct pnode *n;
+    CUresult r = node_push(p, PN_MEMSET, &n, node);
+    if (r == CUDA_SUCCESS) {
+        n->u.set.dst = dst;
+        n->u.set.value = value;
+        n->u.set.elem = element_bytes;
+        n->u.set.count = count;
+    }
+    return r;
+}
+
+CUresult cupool_pipeline_memcpy(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdeviceptr src,
+                                size_t bytes, cupool_node_t *node)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || !dst || !src || !bytes)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_memcpy: %s",
+                            !p ? "not a pipeline" : "needs dst, src and bytes > 0");
+    struct pnode *n;
+    CUresult r = node_push(p, PN_MEMCPY, &n, node);
+    if (r == CUDA_SUCCESS) {
+        n->u.copy.dst = dst;
+        n->u.copy.src = src;
+        n->u.copy.bytes = bytes;
+    }
+    return r;
+}
+
+static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type,
+                           cupool_node_t *node, const char *what)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || !ev)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", what,
+                            !p ? "not a pipeline" : "event is NULL");
+    struct pnode *n;
+    CUresult r = node_push(p, type, &n, node);
+    if (r == CUDA_SUCCESS)
+        n->u.ev.ev = ev;
+    return r;
+}
+
+CUresult cupool_pipeline_event_record(cupool_pipeline_t pipeline, CUevent event,
+                                      cupool_node_t *node)
+{
+    return event_node(pipeline, event, PN_RECORD, node, "cupool_pipeline_event_record");
+}
+
+CUresult cupool_pipeline_event_wait(cupool_pipeline_t pipeline, CUevent event,
+                                    cupool_node_t *node)
+{
+    return event_node(pipeline, event, PN_WAIT, node, "cupool_pipeline_event_wait");
+}
+
+CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn, void *user_data,
+                              cupool_node_t *node)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || !fn)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_host: %s",
+                            !p ? "not a pipeline" : "fn is NULL");
+    struct pnode *n;
+    CUresult r = node_push(p, PN_HOST, &n, node);
+    if (r == CUDA_SUCCESS) {
+        n->u.host.fn = fn;
+        n->u.host.user = user_data;
+    }
+    return r;
+}
+
+CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
+                                const cupool_node_t *on, size_t count)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || node >= (p ? p->n : 0) || (count && !on))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_depend: %s",
+                            !p ? "not a pipeline" : "node out of range, or on NULL");
+    for (size_t i = 0; i < count; i++) {
+        if (on[i] >= node)
+            return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                                "cupool_pipeline_depend: node %u cannot depend on node %u "
+                                "(dependencies must be added before)",
+                                node, on[i]);
+        for (size_t j = 0; j < i; j++)
+            if (on[j] == on[i])
+                return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                                    "cupool_pipeline_depend: node %u listed twice", on[i]);
+    }
+    if (!GROW(p->deps, p->depcap, p->ndeps + count))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for pipeline dependencies");
+    struct pnode *n = &p->nodes[node];
+    n->dep_start = p->ndeps;
+    n->ndeps = (uint32_t)count;
+    for (size_t i = 0; i < count; i++)
+        p->deps[p->ndeps++] = on[i];
+    return CUDA_SUCCESS;
+}
+
+/* ---- signature ---- */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + UINT64_C(0x9E3779B97F4A7C15) + (h << 6) + (h >> 2);
+    return h * UINT64_C(0xff51afd7ed558ccd);
+}
+
+/* Writes the signature words into p->sig; returns their count (0: out of memory). */
+static size_t signature(struct cupool_pipeline *p, uint64_t *hash)
+{
+    size_t need = 1 + (size_t)p->n * 3 + p->ndeps;
+    if (!GROW(p->sig, p->sigcap, need))
+        return 0;
+    size_t w = 0;
+    uint64_t h = 0;
+    p->sig[w++] = p->n;
+    for (uint32_t i = 0; i < p->n; i++) {
+        const struct pnode *n = &p->nodes[i];
+        p->sig[w++] = (uint64_t)n->type << 32 | n->ndeps;
+        /* the function is structure (and its layout with it); everything else is patched */
+        p->sig[w++] = n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0;
+        for (uint32_t d = 0; d < n->ndeps; d++)
+            p->sig[w++] = p->deps[n->dep_start + d];
+    }
+    for (size_t i = 0; i < w; i++)
+        h = mix(h, p->sig[i]);
+    *hash = h;
+    return w;
+}
+
+/* ---- the cache ---- */
+
+struct gexec {
+    CUgraphExec exec;
+    CUstream last_stream; /* compared only, never passed to the driver again */
+    CUevent done;         /* recorded after each launch once the entry is multi-stream */
+    bool launched, busy, done_valid;
+    struct pnode *snap; /* the parameters of its last launch (or of the template) */
+    unsigned char *snap_args;
+    size_t snap_cap, snap_acap, snap_alen;
+};
+
+#define EXECS_LIMIT 64
+
+struct gentry {
+    uint64_t hash;
+    unsigned long long ctx_id;
+    CUcontext ctx;
+    uint64_t *sig;
+    size_t nsig;
+    CUgraph graph;
+    CUgraphNode *gnodes;
+    uint32_t n;
+    struct pnode *tmpl; /* the parameters the graph was built with */
+    unsigned char *tmpl_args;
+    size_t tmpl_alen;
+    struct gexec *execs[EXECS_LIMIT];
+    int nexecs, busy;
+    bool multi_stream;
+    size_t bytes;
+    struct gentry *hnext, *lru_prev, *lru_next;
+};
+
+#define BUCKETS 1024
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gentry *buckets[BUCKETS];
+static struct gentry *lru_head, *lru_tail;
+static size_t cache_entries, cache_bytes, cache_execs;
+
+/* counters, under cache_lock (the launch path holds it anyway: no atomic needed) */
+static uint64_t st_launches, st_hits, st_misses, st_inst, st_updates, st_nodes_updated,
+    st_update_failures, st_evictions;
+static _Atomic uint64_t st_eager;
+
+#define DRIVER_BYTES_PER_NODE 1024 /* an estimate of the driver's memory per node and exec */
+
+static void lru_unlink(struct gentry *e)
+{
+    if (e->lru_prev)
+        e->lru_prev->lru_next = e->lru_next;
+    else
+        lru_head = e->lru_next;
+    if (e->lru_next)
+        e->lru_next->lru_prev = e->lru_prev;
+    else
+        lru_tail = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+}
+
+static void lru_front(struct gentry *e)
+{
+    e->lru_next = lru_head;
+    e->lru_prev = NULL;
+    if (lru_head)
+        lru_head->lru_prev = e;
+    lru_head = e;
+    if (!lru_tail)
+        lru_tail = e;
+}
+
+static size_t exec_bytes(const struct gentry *e, const struct gexec *x)
+{
+    return sizeof(*x) + x->snap_cap * sizeof(struct pnode) + x->snap_acap +
+           (size_t)e->n * DRIVER_BYTES_PER_NODE;
+}
+
+/* Copies the pipeline's parameters into an exec's snapshot. */
+static bool snapshot(struct gexec *x, const struct cupool_pipeline *p)
+{
+    if (!grow((void **)&x->snap, &x->snap_cap, p->n, sizeof(*x->snap)) ||
+        !grow((void **)&x->snap_args, &x->snap_acap, p->alen + 1, 1))
+        return false;
+    memcpy(x->snap, p->nodes, p->n * sizeof(*p->nodes));
+    memcpy(x->snap_args, p->args, p->alen);
+    x->snap_alen = p->alen;
+    return true;
+}
+
+/* Is the entry's context still the one its graph was built in? (No call on a dead one.) */
+static bool entry_ctx_alive(const struct gentry *e)
+{
+    unsigned long long id = 0;
+    return CUPOOL_DRV(cupool__drv.cuCtxGetId(e->ctx, &id)) == CUDA_SUCCESS && id == e->ctx_id;
+}
+
+static void exec_free(struct gentry *e, struct gexec *x, bool alive)
+{
+    if (alive) {
+        if (x->exec)
+            CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+        if (x->done)
+            CUPOOL_DRV(cupool__drv.cuEventDestroy(x->done));
+    }
+    cache_bytes -= exec_bytes(e, x);
+    cache_execs--;
+    cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
+    cupool__free(x->snap_args, x->snap_acap);
+    cupool__free(x, sizeof(*x));
+}
+
+/* Frees an entry that is out of the table and the LRU list. Cache lock held. */
+static void entry_free(struct gentry *e)
+{
+    bool alive = entry_ctx_alive(e);
+    for (int i = 0; i < e->nexecs; i++)
+        exec_free(e, e->execs[i], alive);
+    if (alive && e->graph)
+        CUPOOL_DRV(cupool__drv.cuGraphDestroy(e->graph));
+    cache_bytes -= e->bytes;
+    cache_entries--;
+    cupool__free(e->sig, e->nsig * sizeof(*e->sig));
+    cupool__free(e->gnodes, e->n * sizeof(*e->gnodes));
+    cupool__free(e->tmpl, e->n * sizeof(*e->tmpl));
+    cupool__free(e->tmpl_args, e->tmpl_alen + 1);
+    cupool__free(e, sizeof(*e));
+}
+
+static void entry_unlink(struct gentry *e)
+{
+    struct gentry **link = &buckets[e->hash % BUCKETS];
+    while (*link && *link != e)
+        link = &(*link)->hnext;
+    if (*link)
+        *link = e->hnext;
+    lru_unlink(e);
+}
+
+/* Evicts least recently used idle entries while the cache is over a bound. Lock held. */
+static void evict(void)
+{
+    struct gentry *e = lru_tail;
+    while (e && (cache_entries > cupool__cfg.graph_cache_entries ||
+                 cache_bytes > cupool__cfg.graph_cache_bytes)) {
+        struct gentry *prev = e->lru_prev;
+        if (!e->busy) {
+            entry_unlink(e);
+            entry_free(e);
+            st_evictions++;
+        }
+        e = prev;
+    }
+}
+
+static struct gentry *lookup(uint64_t hash, unsigned long long ctx_id, const uint64_t *sig,
+                             size_t nsig)
+{
+    for (struct gentry *e = buckets[hash % BUCKETS]; e; e = e->hnext)
+        if (e->hash == hash && e->ctx_id == ctx_id && e->nsig == nsig &&
+            memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0)
+            return e; /* the full comparison: a hash collision never launches another graph */
+    return NULL;
+}
+
+/* ---- driver parameters of a node ---- */
+
+static void kernel_params(const struct pnode *n, const unsigned char *args, void **argv,
+                          CUDA_KERNEL_NODE_PARAMS *kp)
+{
+    const struct fninfo *fi = n->u.k.info;
+    for (uint32_t i = 0; i < fi->nparams; i++)
+        argv[i] = (void *)(args + n->u.k.arg_off + fi->off[i]);
+    memset(kp, 0, sizeof(*kp));
+    kp->func = n->u.k.fn;
+    kp->gridDimX = n->u.k.grid[0], kp->gridDimY = n->u.k.grid[1], kp->gridDimZ = n->u.k.grid[2];
+    kp->blockDimX = n->u.k.block[0], kp->blockDimY = n->u.k.block[1];
+    kp->blockDimZ = n->u.k.block[2];
+    kp->sharedMemBytes = n->u.k.shmem;
+    kp->kernelParams = fi->nparams ? argv : NULL;
+}
+
+static void memset_params(const struct pnode *n, CUDA_MEMSET_NODE_PARAMS *mp)
+{
+    memset(mp, 0, sizeof(*mp));
+    mp->dst = n->u.set.dst;
+    mp->value = n->u.set.value;
+    mp->elementSize = n->u.set.elem;
+    mp->width = n->u.set.count;
+    mp->height = 1;
+}
+
+static void memcpy_params(const struct pnode *n, CUDA_MEMCPY3D *cp)
+{
+    memset(cp, 0, sizeof(*cp));
+    cp->srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+    cp->srcDevice = n->u.copy.src;
+    cp->dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    cp->dstDevice = n->u.copy.dst;
+    cp->WidthInBytes = n->u.copy.bytes;
+    cp->Height = cp->Depth = 1;
+}
+
+static bool argv_room(struct cupool_pipeline *p)
+{
+    uint32_t most = 1;
+    for (uint32_t i = 0; i < p->n; i++)
+        if (p->nodes[i].type == PN_KERNEL && p->nodes[i].u.k.info->nparams > most)
+            most = p->nodes[i].u.k.info->nparams;
+    return GROW(p->argv, p->argvcap, most);
+}
+
+/* Builds the template graph of an entry from the pipeline. Not under the cache lock. */
+static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
+{
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphCreate(&e->graph, 0));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuGraphCreate failed");
+    CUgraphNode deps_buf[16], *deps = deps_buf;
+    size_t depcap = 16;
+    for (uint32_t i = 0; i < p->n && r == CUDA_SUCCESS; i++) {
+        const struct pnode *n = &p->nodes[i];
+        if (n->ndeps > depcap) {
+            if (deps != deps_buf)
+                cupool__free(deps, depcap * sizeof(*deps));
+            depcap = n->ndeps;
+            deps = cupool__alloc(depcap * sizeof(*deps));
+            if (!deps) {
+                deps = deps_buf; /* nothing to free later */
+                depcap = 16;
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+        }
+        for (uint32_t d = 0; d < n->ndeps; d++)
+            deps[d] = e->gnodes[p->deps[n->dep_start + d]];
+        CUgraphNode *out = &e->gnodes[i];
+        switch (n->type) {
+        case PN_KERNEL: {
+            CUDA_KERNEL_NODE_PARAMS kp;
+            kernel_params(n, p->args, p->argv, &kp);
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddKernelNode(out, e->graph, deps, n->ndeps, &kp));
+            break;
+        }
+        case PN_MEMSET: {
+            CUDA_MEMSET_NODE_PARAMS mp;
+            memset_params(n, &mp);
+            r = CUPOOL_DRV(
+                cupool__drv.cuGraphAddMemsetNode(out, e->graph, deps, n->ndeps, &mp, e->ctx));
+            break;
+        }
+        case PN_MEMCPY: {
+            CUDA_MEMCPY3D cp;
+            memcpy_params(n, &cp);
+            r = CUPOOL_DRV(
+                cupool__drv.cuGraphAddMemcpyNode(out, e->graph, deps, n->ndeps, &cp, e->ctx));
+            break;
+        }
+        case PN_RECORD:
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddEventRecordNode(out, e->graph, deps, n->ndeps,
+                                                                 n->u.ev.ev));
+            break;
+        case PN_WAIT:
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddEventWaitNode(out, e->graph, deps, n->ndeps,
+                                                               n->u.ev.ev));
+            break;
+        default: {
+            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddHostNode(out, e->graph, deps, n->ndeps, &hp));
+            break;
+        }
+        }
+    }
+    if (deps != deps_buf)
+        cupool__free(deps, depcap * sizeof(*deps));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "adding node to a pipeline graph failed");
+    return CUDA_SUCCESS;
+}
+
+static CUresult exec_new(struct gentry *e, struct gexec **out)
+{
+    struct gexec *x = cupool__alloc(sizeof(*x));
+    if (!x)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, e->graph, 0));
+    if (r != CUDA_SUCCESS) {
+        cupool__free(x, sizeof(*x));
+        return cupool__fail(r, "cuGraphInstantiateWithFlags failed");
+    }
+    /* its parameters are the template's */
+    if (!grow((void **)&x->snap, &x->snap_cap, e->n, sizeof(*x->snap)) ||
+        !grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1)) {
+        CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+        cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
+        cupool__free(x, sizeof(*x));
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
+    }
+    memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
+    memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
+    x->snap_alen = e->tmpl_alen;
+    *out = x;
+    return CUDA_SUCCESS;
+}
+
+/* A new entry for the pipeline: template graph and a first exec. Not under the lock. */
+static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
+                          unsigned long long ctx_id, CUcontext ctx, struct gentry **out)
+{
+    struct gentry *e = cupool__alloc(sizeof(*e));
+    if (!e)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
+    e->hash = hash;
+    e->ctx_id = ctx_id;
+    e->ctx = ctx;
+    e->n = p->n;
+    e->nsig = nsig;
+    e->sig = cupool__alloc(nsig * sizeof(*e->sig));
+    e->gnodes = cupool__alloc(p->n * sizeof(*e->gnodes));
+    e->tmpl = cupool__alloc(p->n * sizeof(*e->tmpl));
+    e->tmpl_args = cupool__alloc(p->alen + 1);
+    CUresult r = CUDA_SUCCESS;
+    if (!e->sig || !e->gnodes || !e->tmpl || !e->tmpl_args)
+        r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
+    if (r == CUDA_SUCCESS) {
+        memcpy(e->sig, p->sig, nsig * sizeof(*e->sig));
+        memcpy(e->tmpl, p->nodes, p->n * sizeof(*p->nodes));
+        memcpy(e->tmpl_args, p->args, p->alen);
+        e->tmpl_alen = p->alen;
+        r = graph_build(e, p);
+    }
+    struct gexec *x = NULL;
+    if (r == CUDA_SUCCESS)
+        r = exec_new(e, &x);
+    if (r != CUDA_SUCCESS) {
+        if (e->graph)
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(e->graph));
+        cupool__free(e->sig, nsig * sizeof(*e->sig));
+        cupool__free(e->gnodes, p->n * sizeof(*e->gnodes));
+        cupool__free(e->tmpl, p->n * sizeof(*e->tmpl));
+        cupool__free(e->tmpl_args, p->alen + 1);
+        cupool__free(e, sizeof(*e));
+        return r;
+    }
+    e->execs[0] = x;
+    e->nexecs = 1;
+    e->bytes = sizeof(*e) + nsig * sizeof(*e->sig) +
+               p->n * (sizeof(*e->gnodes) + sizeof(*e->tmpl) + DRIVER_BYTES_PER_NODE) + p->alen;
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+/* Picks an exec for a launch on stream and marks it busy, or returns NULL when a new one is
+ * needed (then *multi says the entry now serves several streams). Lock held. */
+static struct gexec *exec_pick(struct gentry *e, CUstream stream)
+{
+    struct gexec *never = NULL, *done = NULL;
+    for (int i = 0; i < e->nexecs; i++) {
+        struct gexec *x = e->execs[i];
+        if (x->busy)
+            continue;
+        if (x->launched && x->last_stream == stream) {
+            x->busy = true;
+            return x; /* stream order keeps its launches apart */
+        }
+        if (!x->launched && !never)
+            never = x;
+    }
+    if (never) {
+        never->busy = true;
+        return never;
+    }
+    /* only execs last launched on other streams: one whose launch has finished */
+    for (int i = 0; i < e->nexecs && !done; i++) {
+        struct gexec *x = e->execs[i];
+        if (!x->busy && x->done_valid &&
+            CUPOOL_DRV(cupool__drv.cuEventQuery(x->done)) == CUDA_SUCCESS)
+            done = x;
+    }
+    e->multi_stream = true; /* from now on launches record their completion */
+    if (done) {
+        done->busy = true;
+        return done;
+    }
+    return NULL;
+}
+
+/* Updates the nodes of x that differ from the pipeline. Returns false if the driver refused. */
+static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
+                        uint64_t *updated)
+{
+    uint64_t count = 0;
+    for (uint32_t i = 0; i < p->n; i++) {
+        const struct pnode *n = &p->nodes[i], *o = &x->snap[i];
+        CUresult r = CUDA_SUCCESS;
+        switch (n->type) {
+        case PN_KERNEL: {
+            const struct fninfo *fi = n->u.k.info;
+            if (memcmp(n->u.k.grid, o->u.k.grid, sizeof n->u.k.grid) == 0 &&
+                memcmp(n->u.k.block, o->u.k.block, sizeof n->u.k.block) == 0 &&
+                n->u.k.shmem == o->u.k.shmem &&
+                memcmp(p->args + n->u.k.arg_off, x->snap_args + o->u.k.arg_off, fi->bytes) == 0)
+                continue;
+            CUDA_KERNEL_NODE_PARAMS kp;
+            kernel_params(n, p->args, p->argv, &kp);
+            r = CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(x->exec, e->gnodes[i], &kp));
+            break;
+        }
+        case PN_MEMSET: {
+            if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
+                continue;
+            CUDA_MEMSET_NODE_PARAMS mp;
+            memset_params(n, &mp);
+            r = CUPOOL_DRV(
+                cupool__drv.cuGraphExecMemsetNodeSetParams(x->exec, e->gnodes[i], &mp, e->ctx));
+            break;
+        }
+        case PN_MEMCPY: {
+            if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
+                continue;
+            CUDA_MEMCPY3D cp;
+            memcpy_params(n, &cp);
+            r = CUPOOL_DRV(
+                cupool__drv.cuGraphExecMemcpyNodeSetParams(x->exec, e->gnodes[i], &cp, e->ctx));
+            break;
+        }
+        case PN_RECORD:
+        case PN_WAIT:
+            if (n->u.ev.ev == o->u.ev.ev)
+                continue;
+            r = n->type == PN_RECORD
+                    ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(x->exec, e->gnodes[i],
+                                                                                n->u.ev.ev))
+                    : CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(x->exec, e->gnodes[i],
+                                                                              n->u.ev.ev));
+            break;
+        default: {
+            if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
+                continue;
+            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
+            r = CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(x->exec, e->gnodes[i], &hp));
+            break;
+        }
+        }
+        if (r != CUDA_SUCCESS)
+            return false;
+        count++;
+    }
+    *updated = count;
+    return true;
+}
+
+/* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order
+ * is a topological order: every dependency was added before its dependant. */
+static CUresult eager_launch(struct cupool_pipeline *p, CUstream s)
+{
+    atomic_fetch_add_explicit(&st_eager, 1, CUPOOL_RELAXED);
+    for (uint32_t i = 0; i < p->n; i++) {
+        const struct pnode *n = &p->nodes[i];
+        CUresult r;
+        switch (n->type) {
+        case PN_KERNEL: {
+            CUDA_KERNEL_NODE_PARAMS kp;
+            kernel_params(n, p->args, p->argv, &kp);
+            r = CUPOOL_DRV(cupool__drv.cuLaunchKernel(kp.func, kp.gridDimX, kp.gridDimY,
+                                                      kp.gridDimZ, kp.blockDimX, kp.blockDimY,
+                                                      kp.blockDimZ, kp.sharedMemBytes, s,
+                                                      kp.kernelParams, NULL));
+            break;
+        }
+        case PN_MEMSET:
+            r = n->u.set.elem == 1
+                    ? CUPOOL_DRV(cupool__drv.cuMemsetD8Async(n->u.set.dst,
+                                                             (unsigned char)n->u.set.value,
+                                                             n->u.set.count, s))
+                    : CUPOOL_DRV(cupool__drv.cuMemsetD32Async(n->u.set.dst, n->u.set.value,
+                                                              n->u.set.count, s));
+            break;
+        case PN_MEMCPY:
+            r = CUPOOL_DRV(cupool__drv.cuMemcpyAsync(n->u.copy.dst, n->u.copy.src,
+                                                     n->u.copy.bytes, s));
+            break;
+        case PN_RECORD:
+            r = CUPOOL_DRV(cupool__drv.cuEventRecord(n->u.ev.ev, s));
+            break;
+        case PN_WAIT:
+            r = CUPOOL_DRV(cupool__drv.cuStreamWaitEvent(s, n->u.ev.ev, 0));
+            break;
+        default:
+            r = CUPOOL_DRV(cupool__drv.cuLaunchHostFunc(s, n->u.host.fn, n->u.host.user));
+            break;
+        }
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "launching node %u of a pipeline failed", i);
+    }
+    return CUDA_SUCCESS;
+}
+
+static bool graphs_supported(void)
+{
+    return cupool__drv.cuGraphCreate && cupool__drv.cuGraphAddKernelNode &&
+           cupool__drv.cuGraphAddMemsetNode && cupool__drv.cuGraphAddMemcpyNode &&
+           cupool__drv.cuGraphAddHostNode && cupool__drv.cuGraphAddEventRecordNode &&
+           cupool__drv.cuGraphAddEventWaitNode && cupool__drv.cuGraphInstantiateWithFlags &&
+           cupool__drv.cuGraphLaunch && cupool__drv.cuGraphExecDestroy &&
+           cupool__drv.cuGraphExecKernelNodeSetParams &&
+           cupool__drv.cuGraphExecMemsetNodeSetParams &&
+           cupool__drv.cuGraphExecMemcpyNodeSetParams &&
+           cupool__drv.cuGraphExecHostNodeSetParams &&
+           cupool__drv.cuGraphExecEventRecordNodeSetEvent &&
+           cupool__drv.cuGraphExecEventWaitNodeSetEvent && cupool__drv.cuEventQuery &&
+           cupool__drv.cuEventRecord && cupool__drv.cuGraphDestroy;
+}
+
+static bool eager_supported(void)
+{
+    return cupool__drv.cuLaunchKernel && cupool__drv.cuMemsetD8Async &&
+           cupool__drv.cuMemsetD32Async && cupool__drv.cuMemcpyAsync &&
+           cupool__drv.cuEventRecord && cupool__drv.cuStreamWaitEvent &&
+           cupool__drv.cuLaunchHostFunc;
+}
+
+CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || p->n == 0)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_launch: %s",
+                            !p ? "not a pipeline" : "the pipeline has no nodes");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!argv_room(p))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to launch a pipeline");
+    if (cupool__cfg.graph_disable || !graphs_supported()) {
+        if (!eager_supported())
+            return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                                "this driver lacks the entry points pipelines need");
+        return eager_launch(p, stream);
+    }
+    unsigned long long ctx_id;
+    CUcontext ctx = NULL;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
+    if (r == CUDA_SUCCESS)
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
+    uint64_t hash;
+    size_t nsig = signature(p, &hash);
+    if (!nsig)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
+
+    uint64_t inst = 0, failures = 0;
+    bool hit = false;
+    pthread_mutex_lock(&cache_lock);
+    st_launches++;
+    struct gentry *e = lookup(hash, ctx_id, p->sig, nsig);
+    struct gexec *x = NULL;
+    if (e) {
+        hit = true;
+        st_hits++;
+        lru_unlink(e);
+        lru_front(e);
+        e->busy++;
+        x = exec_pick(e, stream);
+    } else {
+        st_misses++;
+    }
+    pthread_mutex_unlock(&cache_lock);
+
+    if (!hit) {
+        struct gentry *fresh = NULL;
+        r = entry_new(p, hash, nsig, ctx_id, ctx, &fresh);
+        if (r != CUDA_SUCCESS)
+            return r;
+        inst++;
+        pthread_mutex_lock(&cache_lock);
+        cache_entries++;
+        cache_bytes += fresh->bytes + exec_bytes(fresh, fresh->execs[0]);
+        cache_execs++;
+        e = lookup(hash, ctx_id, p->sig, nsig);
+        if (!e) {
+            e = fresh;
+            e->hnext = buckets[hash % BUCKETS];
+            buckets[hash % BUCKETS] = e;
+            lru_front(e);
+        } else {
+            entry_free(fresh); /* another thread cached it meanwhile: use that entry */
+        }
+        e->busy++;
+        x = exec_pick(e, stream);
+        pthread_mutex_unlock(&cache_lock);
+    }
+    bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
+    if (!x) {
+        r = exec_new(e, &x);
+        if (r == CUDA_SUCCESS)
+            inst++;
+        pthread_mutex_lock(&cache_lock);
+        if (r == CUDA_SUCCESS) {
+            x->busy = true;
+            cache_bytes += exec_bytes(e, x);
+            cache_execs++;
+            if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
+                e->execs[e->nexecs++] = x;
+            else
+                one_off = true;
+        } else {
+            e->busy--;
+            st_inst += inst;
+        }
+        pthread_mutex_unlock(&cache_lock);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+
+    uint64_t updated = 0;
+    if (!exec_update(e, x, p, &updated)) {
+        /* the driver refused an update: instantiate this exec afresh and try once more */
+        failures++;
+        CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+        x->exec = NULL;
+        r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, e->graph, 0));
+        inst++;
+        if (r == CUDA_SUCCESS) {
+            memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
+            memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
+            x->snap_alen = e->tmpl_alen;
+            x->launched = false;
+            if (!exec_update(e, x, p, &updated))
+                r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+        } else {
+            x->exec = NULL;
+        }
+    }
+    if (r == CUDA_SUCCESS) {
+        r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+        if (r != CUDA_SUCCESS)
+            cupool__fail(r, "cuGraphLaunch failed");
+    } else {
+        /* the exec is unusable: this launch goes node by node */
+        r = eager_supported() ? eager_launch(p, stream) : r;
+        if (x->exec) {
+            CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+            x->exec = NULL;
+        }
+    }
+    bool recorded = false;
+    if (r == CUDA_SUCCESS && e->multi_stream && x->exec) {
+        if (!x->done)
+            CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
+        recorded = x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+    }
+    bool keep = !one_off && x->exec != NULL && snapshot(x, p);
+
+    pthread_mutex_lock(&cache_lock);
+    st_inst += inst;
+    st_update_failures += failures;
+    if (updated) {
+        st_updates++;
+        st_nodes_updated += updated;
+    }
+    if (keep) {
+        x->launched = true;
+        x->last_stream = stream;
+        x->done_valid = recorded;
+        x->busy = false;
+    } else {
+        for (int i = 0; i < e->nexecs; i++)
+            if (e->execs[i] == x) {
+                e->execs[i] = e->execs[--e->nexecs];
+                break;
+            }
+        exec_free(e, x, true);
+    }
+    e->busy--;
+    evict();
+    pthread_mutex_unlock(&cache_lock);
+    return r;
+}
+
+CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
+{
+    if (!stats)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(stats, 0, sizeof(*stats));
+    stats->eager_launches = atomic_load_explicit(&st_eager, CUPOOL_RELAXED);
+    pthread_mutex_lock(&cache_lock);
+    stats->launches = st_launches;
+    stats->hits = st_hits;
+    stats->misses = st_misses;
+    stats->instantiations = st_inst;
+    stats->updates = st_updates;
+    stats->nodes_updated = st_nodes_updated;
+    stats->update_failures = st_update_failures;
+    stats->evictions = st_evictions;
+    stats->entries = cache_entries;
+    stats->execs = cache_execs;
+    stats->bytes = cache_bytes;
+    pthread_mutex_unlock(&cache_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Destroys every cached graph while the driver answers (unload, exit with
+ * CUPOOL_DESTROY_ON_EXIT); the caller is the closer. */
+void cupool__graph_cache_close(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    while (lru_head) {
+        struct gentry *e = lru_head;
+        entry_unlink(e);
+        entry_free(e);
+    }
+    pthread_mutex_unlock(&cache_lock);
+}

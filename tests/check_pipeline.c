@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Pipelines and the graph-replay cache, on both drivers: results are checked value by value
+ * (kernels add into device memory, read back), after argument changes, across streams, after
+ * eviction, and with CUPOOL_GRAPH_DISABLE=1.
+ */
+#define _GNU_SOURCE /* setenv */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static struct tu_kernels k;
+static CUstream s1, s2;
+static CUdeviceptr mem; /* 32 counters */
+
+static void setup_env(const char *name, const char *value)
+{
+    if (name)
+        setenv(name, value, 1);
+    tu_setup();
+    tu_load_kernels(&k);
+    TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuMemAlloc(&mem, 32 * 4));
+    TU_OK(tu.cuMemsetD32(mem, 0, 32));
+}
+
+static void setup(void)
+{
+    setup_env(NULL, NULL);
+}
+
+static unsigned counter(int i)
+{
+    unsigned v[32];
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuMemcpyDtoH(v, mem, sizeof v));
+    return v[i];
+}
+
+static cupool_graph_stats_t gstats(void)
+{
+    cupool_graph_stats_t st;
+    TU_OK(cupool_graph_stats_get(&st));
+    return st;
+}
+
+/* n kernels adding v[i] into counter slot (v[i] = base + i * step). */
+static void fill_chain(cupool_pipeline_t p, int n, int slot, unsigned base, unsigned step)
+{
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr ptr = mem + 4 * (CUdeviceptr)slot;
+    for (int i = 0; i < n; i++) {
+        unsigned v = base + (unsigned)i * step;
+        void *args[] = {&ptr, &v};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+}
+
+START_TEST(hit_patches_only_changed_arguments)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 10, 0, 1, 0); /* ten times +1 */
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(0), 10);
+    cupool_graph_stats_t a = gstats();
+    ck_assert_uint_eq(a.misses, 1);
+    ck_assert_uint_eq(a.instantiations, 1);
+
+    fill_chain(p, 10, 0, 1, 0); /* the same again: a hit, nothing updated */
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(0), 20);
+    cupool_graph_stats_t b = gstats();
+    ck_assert_uint_eq(b.hits, a.hits + 1);
+    ck_assert_uint_eq(b.nodes_updated, a.nodes_updated);
+
+    fill_chain(p, 10, 0, 1, 0);
+    unsigned big = 100;
+    CUdeviceptr ptr = mem;
+    void *args[] = {&ptr, &big};
+    /* change two nodes: rebuild with nodes 3 and 7 adding 100 */
+    TU_OK(cupool_pipeline_reset(p));
+    for (int i = 0; i < 10; i++) {
+        unsigned one = 1;
+        void *a1[] = {&ptr, &one};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+                                     (i == 3 || i == 7) ? args : a1, NULL));
+    }
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(0), 20 + 8 + 200);
+    cupool_graph_stats_t c = gstats();
+    ck_assert_uint_eq(c.nodes_updated, b.nodes_updated + 2);
+    ck_assert_uint_eq(c.instantiations, 1);
+
+    fill_chain(p, 10, 0, 1, 0); /* back: the two nodes change again */
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(0), 238);
+    ck_assert_uint_eq(gstats().nodes_updated, c.nodes_updated + 2);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+static void count_host(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+START_TEST(dag_with_memset_memcpy_host_and_events)
+{
+    static int host_runs;
+    host_runs = 0;
+    CUevent ev;
+    TU_OK(tu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    cupool_pipeline_t a, b;
+    TU_OK(cupool_pipeline_create(&a));
+    TU_OK(cupool_pipeline_create(&b));
+    /* a: memset slots 4,5 to 10 -> {add 1 to slot 4, add 2 to slot 5} -> copy 4,5 to 6,7
+     *    -> record ev */
+    cupool_node_t set, x, y, cp, rec;
+    TU_OK(cupool_pipeline_memset(a, mem + 16, 10, 4, 2, &set));
+    CUdeviceptr p4 = mem + 16, p5 = mem + 20;
+    unsigned one = 1, two = 2;
+    void *ax[] = {&p4, &one}, *ay[] = {&p5, &two};
+    TU_OK(cupool_pipeline_kernel(a, k.add_u32, 1, 1, 1, 1, 1, 1, 0, ax, &x));
+    TU_OK(cupool_pipeline_kernel(a, k.add_u32, 1, 1, 1, 1, 1, 1, 0, ay, &y));
+    TU_OK(cupool_pipeline_depend(a, y, &set, 1)); /* x and y both after the memset */
+    TU_OK(cupool_pipeline_memcpy(a, mem + 24, mem + 16, 8, &cp));
+    cupool_node_t xy[2] = {x, y};
+    TU_OK(cupool_pipeline_depend(a, cp, xy, 2));
+    TU_OK(cupool_pipeline_event_record(a, ev, &rec));
+    /* b on another stream: wait ev, then host node, then slot 6 += 5 */
+    CUdeviceptr p6 = mem + 24;
+    unsigned five = 5;
+    void *bz[] = {&p6, &five};
+    TU_OK(cupool_pipeline_event_wait(b, ev, NULL));
+    TU_OK(cupool_pipeline_host(b, count_host, &host_runs, NULL));
+    TU_OK(cupool_pipeline_kernel(b, k.add_u32, 1, 1, 1, 1, 1, 1, 0, bz, NULL));
+    for (int round = 1; round <= 3; round++) {
+        TU_OK(cupool_pipeline_launch(a, s1));
+        TU_OK(cupool_pipeline_launch(b, s2));
+        ck_assert_uint_eq(counter(4), 11);
+        ck_assert_uint_eq(counter(5), 12);
+        ck_assert_uint_eq(counter(6), 16); /* 11 + 5: b ran after a's copy */
+        ck_assert_uint_eq(counter(7), 12);
+        ck_assert_int_eq(host_runs, round);
+    }
+    TU_OK(cupool_pipeline_destroy(a));
+    TU_OK(cupool_pipeline_destroy(b));
+    TU_OK(tu.cuEventDestroy(ev));
+}
+END_TEST
+
+
+START_TEST(host_nodes_run_once_per_launch)
+{
+    static int runs;
+    runs = 0;
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int i = 0; i < 4; i++) {
+        TU_OK(cupool_pipeline_reset(p));
+        TU_OK(cupool_pipeline_host(p, count_host, &runs, NULL));
+        TU_OK(cupool_pipeline_launch(p, s1));
+    }
+    TU_OK(tu.cuStreamSynchronize(s1));
+    ck_assert_int_eq(runs, 4);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+START_TEST(two_streams_never_share_an_exec)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int round = 0; round < 5; round++) {
+        fill_chain(p, 4, 8, 1, 0);
+        TU_OK(cupool_pipeline_launch(p, s1));
+        fill_chain(p, 4, 9, 2, 0); /* same signature, other arguments */
+        TU_OK(cupool_pipeline_launch(p, s2));
+    }
+    ck_assert_uint_eq(counter(8), 5 * 4);
+    ck_assert_uint_eq(counter(9), 5 * 8);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.execs, 2); /* one per stream */
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+START_TEST(bad_input)
+{
+    cupool_pipeline_t p;
+    TU_EQ(cupool_pipeline_create(NULL), CUDA_ERROR_INVALID_VALUE);
+    TU_OK(cupool_pipeline_create(&p));
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE); /* no nodes */
+    TU_EQ(cupool_pipeline_launch(NULL, s1), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_kernel(p, NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_kernel(p, k.add_u32, 0, 1, 1, 1, 1, 1, 0, NULL, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, NULL, NULL),
+          CUDA_ERROR_INVALID_VALUE); /* two parameters, no args */
+    TU_EQ(cupool_pipeline_memset(p, mem, 0, 2, 1, NULL), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_host(p, NULL, NULL, NULL), CUDA_ERROR_INVALID_VALUE);
+    cupool_node_t a, b;
+    TU_OK(cupool_pipeline_memset(p, mem, 0, 4, 1, &a));
+    TU_OK(cupool_pipeline_memset(p, mem, 0, 4, 1, &b));
+    cupool_node_t later = b;
+    TU_EQ(cupool_pipeline_depend(p, a, &later, 1), CUDA_ERROR_INVALID_VALUE); /* not before */
+    TU_EQ(cupool_pipeline_depend(p, 7, &a, 1), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_depend(p, b, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    cupool_node_t twice[2] = {a, a};
+    TU_EQ(cupool_pipeline_depend(p, b, twice, 2), CUDA_ERROR_INVALID_VALUE);
+    TU_OK(cupool_pipeline_launch(p, s1)); /* still valid after the refusals */
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_pipeline_destroy(NULL));
+}
+END_TEST
+
+START_TEST(eviction_keeps_results_right)
+{
+    setup_env("CUPOOL_GRAPH_CACHE_ENTRIES", "2");
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int round = 0; round < 2; round++)
+        for (int len = 1; len <= 3; len++) { /* three signatures, room for two */
+            fill_chain(p, len, 10 + len, 1, 0);
+            TU_OK(cupool_pipeline_launch(p, s1));
+        }
+    for (int len = 1; len <= 3; len++)
+        ck_assert_uint_eq(counter(10 + len), 2 * (unsigned)len);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_le(st.entries, 2);
+    ck_assert_uint_ge(st.evictions, 4); /* LRU order: every launch evicts the oldest */
+    ck_assert_uint_eq(st.misses, 6);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+START_TEST(graph_disable_launches_eagerly)
+{
+    setup_env("CUPOOL_GRAPH_DISABLE", "1");
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int i = 0; i < 3; i++) {
+        fill_chain(p, 5, 20, 2, 1); /* 2+3+4+5+6 */
+        TU_OK(cupool_pipeline_launch(p, s1));
+    }
+    ck_assert_uint_eq(counter(20), 3 * 20);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.eager_launches, 3);
+    ck_assert_uint_eq(st.entries, 0);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+/* Simulated driver: an update the driver refuses re-instantiates the exec. */
+START_TEST(refused_update_reinstantiates)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 3, 21, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    tu_fake.fault("cuGraphExecKernelNodeSetParams", 0, 1, CUDA_ERROR_INVALID_VALUE);
+    fill_chain(p, 3, 21, 5, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(21), 3 + 15);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.update_failures, 1);
+    ck_assert_uint_eq(st.instantiations, 2);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("pipeline");
+    TCase *tc = tcase_create("pipeline");
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, hit_patches_only_changed_arguments);
+    tcase_add_test(tc, dag_with_memset_memcpy_host_and_events);
+    tcase_add_test(tc, host_nodes_run_once_per_launch);
+    tcase_add_test(tc, two_streams_never_share_an_exec);
+    tcase_add_test(tc, bad_input);
+    suite_add_tcase(s, tc);
+    TCase *env = tcase_create("environment");
+    tcase_add_test(env, eviction_keeps_results_right);
+    tcase_add_test(env, graph_disable_launches_eagerly);
+    suite_add_tcase(s, env);
+    if (!tu_real()) {
+        TCase *sim = tcase_create("simulated");
+        tcase_add_checked_fixture(sim, setup, NULL);
+        tcase_add_test(sim, refused_update_reinstantiates);
+        suite_add_tcase(s, sim);
+    }
+    return tu_run(s);
+}
