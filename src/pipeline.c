@@ -1159,3 +1159,20 @@ void cupool__graph_cache_close(void)
     }
     pthread_mutex_unlock(&cache_lock);
 }
+
+/* cupool_trim(): drops every cached graph not in use right now. */
+void cupool__graph_cache_trim(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    struct gentry *e = lru_tail;
+    while (e) {
+        struct gentry *prev = e->lru_prev;
+        if (!e->busy) {
+            entry_unlink(e);
+            entry_free(e);
+            st_evictions++;
+        }
+        e = prev;
+    }
+    pthread_mutex_unlock(&cache_lock);
+}

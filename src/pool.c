@@ -1336,5 +1336,6 @@ CUresult cupool_trim(void)
         if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
             first = r;
     }
+    cupool__graph_cache_trim();
     return first;
 }

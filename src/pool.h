@@ -200,6 +200,8 @@ void cupool__pool_close(bool all_threads);
 
 /* Destroys every cached pipeline graph (pipeline.c); the caller is the closer. */
 void cupool__graph_cache_close(void);
+/* Drops every cached pipeline graph not in use now (cupool_trim). */
+void cupool__graph_cache_trim(void);
 
 /* The calling thread's cache, registering it (and its exit hook) first if needed; NULL only
  * when out of memory. */

@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cupool-bench graphs: pipelines of 1, 10 and 50 tiny kernels (add_u32 into one counter),
+ * launched five ways, each timed two ways:
+ *   eager        one cuLaunchKernel per kernel
+ *   floor        a graph instantiated once by hand, then cuGraphLaunch: the floor
+ *   hit          cupool_pipeline_launch of an unchanged pipeline (a cache hit, no update)
+ *   hit-changed  the same with every kernel's argument changed on every launch
+ *   describe+hit cupool_pipeline_reset + one cupool_pipeline_kernel per node + launch
+ *   miss         the graph cache emptied by cupool_trim() before every launch (build,
+ *                instantiate, launch)
+ * "host" is the CPU time of the launch call(s) alone, each launch followed by an untimed
+ * cuStreamSynchronize so the launch queue never fills (with thousands of back-to-back
+ * launches the host ends up waiting for the GPU, which hides the cost being measured);
+ * "end to end" is launch plus synchronisation. Figures are medians of per-launch times.
+ * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
+ * stream doing the same: aggregate kernels per second.
+ */
+#define _GNU_SOURCE
+#include <cupool.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+
+static struct {
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuStreamCreate)(CUstream *, unsigned int);
+    CUresult (*cuStreamSynchronize)(CUstream);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
+    CUresult (*cuGraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                     const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphDestroy)(CUgraph);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+} g;
+
+static CUfunction add_u32, spin;
+static CUdeviceptr counter;
+static CUcontext bench_ctx;
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+static void check(const char *what, CUresult r)
+{
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cupool-bench graphs: %s: %s (%s)\n", what, cupool_result_name(r),
+                cupool_error_string());
+        exit(1);
+    }
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+enum way { W_EAGER, W_FLOOR, W_HIT, W_HIT_CHANGED, W_DESCRIBE, W_MISS, W_COUNT };
+static const char *const way_names[W_COUNT] = {"eager", "floor", "hit", "hit-changed",
+                                               "describe+hit", "miss"};
+
+static void describe(cupool_pipeline_t p, int n, unsigned base)
+{
+    check("reset", cupool_pipeline_reset(p));
+    for (int i = 0; i < n; i++) {
+        unsigned v = base + (unsigned)i;
+        void *args[] = {&counter, &v};
+        check("kernel", cupool_pipeline_kernel(p, add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+}
+
+/* Per-launch host and end-to-end times (ns, medians over iters) of one way. */
+static void time_way(enum way w, int n, int iters, CUstream s, double *host, double *e2e)
+{
+    double *h = malloc(sizeof(double) * (size_t)iters), *e = malloc(sizeof(double) * (size_t)iters);
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    cupool_pipeline_t p = NULL;
+    unsigned one = 1;
+    void *args[] = {&counter, &one};
+    if (w == W_FLOOR) {
+        CUgraphNode nodes[64];
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = add_u32;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        check("cuGraphCreate", g.cuGraphCreate(&graph, 0));
+        for (int i = 0; i < n; i++)
+            check("cuGraphAddKernelNode",
+                  g.cuGraphAddKernelNode(&nodes[i], graph, i ? &nodes[i - 1] : NULL, i ? 1 : 0, &kp));
+        check("instantiate", g.cuGraphInstantiateWithFlags(&exec, graph, 0));
+    } else if (w != W_EAGER) {
+        check("pipeline", cupool_pipeline_create(&p));
+        describe(p, n, 1);
+        check("warm launch", cupool_pipeline_launch(p, s));
+    }
+    for (int it = -3; it < iters; it++) { /* three untimed warm-up launches */
+        if (w == W_HIT_CHANGED)
+            describe(p, n, it % 2 ? 1 : 1000); /* every argument differs from the last launch */
+        if (w == W_MISS)
+            check("cupool_trim", cupool_trim()); /* drops the cached graph: the next is a miss */
+        double t0 = now_ns();
+        switch (w) {
+        case W_EAGER:
+            for (int i = 0; i < n; i++)
+                check("cuLaunchKernel", g.cuLaunchKernel(add_u32, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+            break;
+        case W_FLOOR:
+            check("cuGraphLaunch", g.cuGraphLaunch(exec, s));
+            break;
+        case W_DESCRIBE:
+            describe(p, n, 1);
+            /* fall through */
+        default:
+            check("cupool_pipeline_launch", cupool_pipeline_launch(p, s));
+            break;
+        }
+        double t1 = now_ns();
+        check("sync", g.cuStreamSynchronize(s));
+        double t2 = now_ns();
+        if (it >= 0) {
+            h[it] = t1 - t0;
+            e[it] = t2 - t0;
+        }
+    }
+    *host = median(h, iters);
+    *e2e = median(e, iters);
+    if (exec)
+        g.cuGraphExecDestroy(exec);
+    if (graph)
+        g.cuGraphDestroy(graph);
+    if (p)
+        cupool_pipeline_destroy(p);
+    free(h);
+    free(e);
+}
+
+/* ---- concurrency: one signature on several streams ---- */
+
+struct spinner {
+    pthread_t t;
+    CUstream s;
+    int launches;
+    pthread_barrier_t *start;
+};
+
+static unsigned long long spin_ns = 2000000;
+
+static void *spin_thread(void *arg)
+{
+    struct spinner *sp = arg;
+    g.cuCtxSetCurrent(bench_ctx);
+    cupool_pipeline_t p;
+    check("pipeline", cupool_pipeline_create(&p));
+    void *args[] = {&spin_ns};
+    check("kernel", cupool_pipeline_kernel(p, spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    pthread_barrier_wait(sp->start);
+    for (int i = 0; i < sp->launches; i++)
+        check("launch", cupool_pipeline_launch(p, sp->s));
+    check("sync", g.cuStreamSynchronize(sp->s));
+    cupool_pipeline_destroy(p);
+    return NULL;
+}
+
+/* Kernels per second with `threads` threads, each on its own stream. */
+static double throughput(int threads, int launches)
+{
+    struct spinner sp[8];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) {
+        check("stream", g.cuStreamCreate(&sp[i].s, CU_STREAM_NON_BLOCKING));
+        sp[i].launches = launches;
+        sp[i].start = &start;
+        pthread_create(&sp[i].t, NULL, spin_thread, &sp[i]);
+    }
+    pthread_barrier_wait(&start);
+    double t0 = now_ns();
+    for (int i = 0; i < threads; i++)
+        pthread_join(sp[i].t, NULL);
+    double t = now_ns() - t0;
+    pthread_barrier_destroy(&start);
+    return threads * launches / (t / 1e9);
+}
+
+#define GET(name, v) check(#name, cupool_driver_get_proc(#name, v, (void **)&g.name))
+
+int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
+{
+    bench_ctx = ctx;
+    GET(cuModuleLoadData, 2000);
+    GET(cuModuleGetFunction, 2000);
+    GET(cuStreamCreate, 2000);
+    GET(cuStreamSynchronize, 2000);
+    GET(cuMemAlloc, 3020);
+    GET(cuLaunchKernel, 4000);
+    GET(cuGraphCreate, 10000);
+    GET(cuGraphAddKernelNode, 12000);
+    GET(cuGraphInstantiateWithFlags, 11040);
+    GET(cuGraphLaunch, 10000);
+    GET(cuGraphExecDestroy, 10000);
+    GET(cuGraphDestroy, 10000);
+    GET(cuCtxSetCurrent, 4000);
+    CUmodule mod;
+    check("module", g.cuModuleLoadData(&mod, tu_kernels_ptx));
+    check("add_u32", g.cuModuleGetFunction(&add_u32, mod, "add_u32"));
+    check("spin", g.cuModuleGetFunction(&spin, mod, "spin"));
+    check("alloc", g.cuMemAlloc(&counter, 4));
+    CUstream s;
+    check("stream", g.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+
+    static const int sizes[3] = {1, 10, 50};
+    double host[3][W_COUNT], e2e[3][W_COUNT];
+    for (int i = 0; i < 3; i++)
+        for (int w = 0; w < W_COUNT; w++)
+            time_way((enum way)w, sizes[i], w == W_MISS ? iters / 10 + 5 : iters, s,
+                     &host[i][w], &e2e[i][w]);
+    printf("\ngraphs: pipelines of N tiny kernels, us per launch (median of %d)%s\n", iters, label);
+    printf("%-13s", "host");
+    for (int i = 0; i < 3; i++)
+        printf(" %9s%-3d", "N=", sizes[i]);
+    printf("   %-13s", "end to end");
+    for (int i = 0; i < 3; i++)
+        printf(" %9s%-3d", "N=", sizes[i]);
+    printf("\n");
+    for (int w = 0; w < W_COUNT; w++) {
+        printf("%-13s", way_names[w]);
+        for (int i = 0; i < 3; i++)
+            printf(" %12.2f", host[i][w] / 1e3);
+        printf("   %-13s", way_names[w]);
+        for (int i = 0; i < 3; i++)
+            printf(" %12.2f", e2e[i][w] / 1e3);
+        printf("\n");
+    }
+    printf("hit vs floor, host: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %+.1f%%%s", sizes[i], 100 * (host[i][W_HIT] / host[i][W_FLOOR] - 1),
+               i < 2 ? ", " : "\n");
+    printf("per changed node (hit-changed - hit)/N, host us: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %.3f%s", sizes[i], (host[i][W_HIT_CHANGED] - host[i][W_HIT]) / sizes[i] / 1e3,
+               i < 2 ? ", " : "\n");
+    printf("end to end, eager / hit: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %.2fx%s", sizes[i], e2e[i][W_EAGER] / e2e[i][W_HIT], i < 2 ? ", " : "\n");
+
+    int launches = 50;
+    double one = throughput(1, launches), eight = throughput(8, launches);
+    printf("one signature, %llu us kernel: 1 stream %.0f kernels/s, 8 threads on 8 streams "
+           "%.0f kernels/s (%.2fx)%s\n",
+           spin_ns / 1000, one, eight, eight / one, label);
+    cupool_graph_stats_t st;
+    cupool_graph_stats_get(&st);
+    printf("graph cache: %llu launches, %llu hits, %llu misses, %llu instantiations, %llu "
+           "nodes updated, %llu evictions, %llu entries, %llu execs, %llu bytes\n",
+           (unsigned long long)st.launches, (unsigned long long)st.hits,
+           (unsigned long long)st.misses, (unsigned long long)st.instantiations,
+           (unsigned long long)st.nodes_updated, (unsigned long long)st.evictions,
+           (unsigned long long)st.entries, (unsigned long long)st.execs,
+           (unsigned long long)st.bytes);
+    return 0;
+}
