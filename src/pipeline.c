@@ -530,7 +530,8 @@ static bool snapshot(struct gexec *x, const struct cupool_pipeline *p)
         !grow((void **)&x->snap_args, &x->snap_acap, p->alen + 1, 1))
         return false;
     memcpy(x->snap, p->nodes, p->n * sizeof(*p->nodes));
-    memcpy(x->snap_args, p->args, p->alen);
+    if (p->alen)
+        memcpy(x->snap_args, p->args, p->alen);
     x->snap_alen = p->alen;
     return true;
 }
@@ -772,7 +773,8 @@ static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
     if (r == CUDA_SUCCESS) {
         memcpy(e->sig, p->sig, nsig * sizeof(*e->sig));
         memcpy(e->tmpl, p->nodes, p->n * sizeof(*p->nodes));
-        memcpy(e->tmpl_args, p->args, p->alen);
+        if (p->alen)
+            memcpy(e->tmpl_args, p->args, p->alen);
         e->tmpl_alen = p->alen;
         r = graph_build(e, p);
     }
@@ -846,7 +848,8 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
             if (memcmp(n->u.k.grid, o->u.k.grid, sizeof n->u.k.grid) == 0 &&
                 memcmp(n->u.k.block, o->u.k.block, sizeof n->u.k.block) == 0 &&
                 n->u.k.shmem == o->u.k.shmem &&
-                memcmp(p->args + n->u.k.arg_off, x->snap_args + o->u.k.arg_off, fi->bytes) == 0)
+                (!fi->bytes || memcmp(p->args + n->u.k.arg_off, x->snap_args + o->u.k.arg_off,
+                                      fi->bytes) == 0))
                 continue;
             CUDA_KERNEL_NODE_PARAMS kp;
             kernel_params(n, p->args, p->argv, &kp);
