@@ -81,8 +81,18 @@ struct cupool_pipeline {
     uint32_t *deps;
     unsigned char *args;
     size_t alen, acap;
-    uint64_t *sig; /* scratch for the signature */
-    size_t sigcap;
+    /* The signature of the last launch, and whether the description since matches it: node
+     * adds compare their structure words in place (sigpos), so a pipeline refilled with the
+     * same structure skips hashing and lookup at launch. */
+    uint64_t *sig;
+    size_t sigcap, sigpos, last_nsig;
+    uint64_t last_hash;
+    uint32_t last_n;
+    bool sig_dirty;            /* structure differs from the last launch's (or none yet) */
+    struct gentry *last_entry; /* the entry the last launch used, valid while ... */
+    uint64_t last_epoch;       /* ... the cache's epoch has not moved */
+    unsigned long long last_ctx_id;
+    uint32_t max_params;
     void **argv; /* scratch for kernelParams */
     size_t argvcap;
     const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
@@ -211,6 +221,7 @@ CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
     if (!p)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline");
     p->magic = PIPELINE_MAGIC;
+    p->sig_dirty = true;
     *pipeline = p;
     return CUDA_SUCCESS;
 }
@@ -240,7 +251,31 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->n = 0;
     p->ndeps = 0;
     p->alen = 0;
+    p->sigpos = 1; /* word 0 is the node count, compared at launch */
+    p->sig_dirty = p->last_nsig == 0;
     return CUDA_SUCCESS;
+}
+
+/* Records one structure word of the description being built, noting whether it matches the
+ * last launch's word at the same place. */
+static void sig_word(struct cupool_pipeline *p, uint64_t w)
+{
+    if (p->sig_dirty)
+        return;
+    if (p->sigpos >= p->last_nsig || p->sig[p->sigpos] != w)
+        p->sig_dirty = true;
+    else
+        p->sigpos++;
+}
+
+/* The structure words of node i (see signature()). */
+static void sig_node(struct cupool_pipeline *p, uint32_t i)
+{
+    const struct pnode *n = &p->nodes[i];
+    sig_word(p, (uint64_t)n->type << 32 | n->ndeps);
+    sig_word(p, n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0);
+    for (uint32_t d = 0; d < n->ndeps; d++)
+        sig_word(p, p->deps[n->dep_start + d]);
 }
 
 /* Appends a node depending on the one before it; *out gets it. */
@@ -307,6 +342,9 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
     n->u.k.block[0] = block_x, n->u.k.block[1] = block_y, n->u.k.block[2] = block_z;
     n->u.k.shmem = shared_bytes;
     n->u.k.arg_off = (uint32_t)off;
+    if (fi->nparams > p->max_params)
+        p->max_params = fi->nparams;
+    sig_node(p, p->n - 1);
     return CUDA_SUCCESS;
 }
 
@@ -325,6 +363,7 @@ CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, uns
         n->u.set.value = value;
         n->u.set.elem = element_bytes;
         n->u.set.count = count;
+        sig_node(p, p->n - 1);
     }
     return r;
 }
@@ -342,6 +381,7 @@ CUresult cupool_pipeline_memcpy(cupool_pipeline_t pipeline, CUdeviceptr dst, CUd
         n->u.copy.dst = dst;
         n->u.copy.src = src;
         n->u.copy.bytes = bytes;
+        sig_node(p, p->n - 1);
     }
     return r;
 }
@@ -355,8 +395,10 @@ static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type
                             !p ? "not a pipeline" : "event is NULL");
     struct pnode *n;
     CUresult r = node_push(p, type, &n, node);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         n->u.ev.ev = ev;
+        sig_node(p, p->n - 1);
+    }
     return r;
 }
 
@@ -384,6 +426,7 @@ CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn, void *use
     if (r == CUDA_SUCCESS) {
         n->u.host.fn = fn;
         n->u.host.user = user_data;
+        sig_node(p, p->n - 1);
     }
     return r;
 }
@@ -411,6 +454,7 @@ CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
     struct pnode *n = &p->nodes[node];
     n->dep_start = p->ndeps;
     n->ndeps = (uint32_t)count;
+    p->sig_dirty = true; /* an earlier node's words changed: recompute at launch */
     for (size_t i = 0; i < count; i++)
         p->deps[p->ndeps++] = on[i];
     return CUDA_SUCCESS;
@@ -453,7 +497,8 @@ struct gexec {
     CUgraphExec exec;
     CUstream last_stream; /* compared only, never passed to the driver again */
     CUevent done;         /* recorded after each launch once the entry is multi-stream */
-    bool launched, busy, done_valid;
+    bool launched, done_valid;
+    _Atomic bool busy; /* a launch is using it (set under the cache lock, cleared without) */
     struct pnode *snap; /* the parameters of its last launch (or of the template) */
     unsigned char *snap_args;
     size_t snap_cap, snap_acap, snap_alen;
@@ -474,7 +519,8 @@ struct gentry {
     unsigned char *tmpl_args;
     size_t tmpl_alen;
     struct gexec *execs[EXECS_LIMIT];
-    int nexecs, busy;
+    int nexecs;
+    _Atomic int busy; /* launches using the entry now: it is not evicted meanwhile */
     bool multi_stream;
     size_t bytes;
     struct gentry *hnext, *lru_prev, *lru_next;
@@ -486,10 +532,11 @@ static struct gentry *buckets[BUCKETS];
 static struct gentry *lru_head, *lru_tail;
 static size_t cache_entries, cache_bytes, cache_execs;
 
-/* counters, under cache_lock (the launch path holds it anyway: no atomic needed) */
-static uint64_t st_launches, st_hits, st_misses, st_inst, st_updates, st_nodes_updated,
-    st_update_failures, st_evictions;
-static _Atomic uint64_t st_eager;
+/* counters: the first four under cache_lock (a launch takes it anyway), the rest atomic,
+ * added to only when non-zero */
+static uint64_t st_launches, st_hits, st_misses, st_evictions;
+static _Atomic uint64_t st_inst, st_updates, st_nodes_updated, st_update_failures, st_eager;
+static uint64_t cache_epoch; /* bumped whenever an entry is freed (under cache_lock) */
 
 #define DRIVER_BYTES_PER_NODE 1024 /* an estimate of the driver's memory per node and exec */
 
@@ -561,6 +608,7 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 /* Frees an entry that is out of the table and the LRU list. Cache lock held. */
 static void entry_free(struct gentry *e)
 {
+    cache_epoch++;
     bool alive = entry_ctx_alive(e);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
@@ -592,7 +640,7 @@ static void evict(void)
     while (e && (cache_entries > cupool__cfg.graph_cache_entries ||
                  cache_bytes > cupool__cfg.graph_cache_bytes)) {
         struct gentry *prev = e->lru_prev;
-        if (!e->busy) {
+        if (!atomic_load(&e->busy)) {
             entry_unlink(e);
             entry_free(e);
             st_evictions++;
@@ -651,11 +699,7 @@ static void memcpy_params(const struct pnode *n, CUDA_MEMCPY3D *cp)
 
 static bool argv_room(struct cupool_pipeline *p)
 {
-    uint32_t most = 1;
-    for (uint32_t i = 0; i < p->n; i++)
-        if (p->nodes[i].type == PN_KERNEL && p->nodes[i].u.k.info->nparams > most)
-            most = p->nodes[i].u.k.info->nparams;
-    return GROW(p->argv, p->argvcap, most);
+    return GROW(p->argv, p->argvcap, p->max_params ? p->max_params : 1);
 }
 
 /* Builds the template graph of an entry from the pipeline. Not under the cache lock. */
@@ -806,29 +850,29 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
     struct gexec *never = NULL, *done = NULL;
     for (int i = 0; i < e->nexecs; i++) {
         struct gexec *x = e->execs[i];
-        if (x->busy)
+        if (atomic_load_explicit(&x->busy, CUPOOL_ACQUIRE))
             continue;
         if (x->launched && x->last_stream == stream) {
-            x->busy = true;
+            atomic_store_explicit(&x->busy, true, CUPOOL_RELAXED);
             return x; /* stream order keeps its launches apart */
         }
         if (!x->launched && !never)
             never = x;
     }
     if (never) {
-        never->busy = true;
+        atomic_store_explicit(&never->busy, true, CUPOOL_RELAXED);
         return never;
     }
     /* only execs last launched on other streams: one whose launch has finished */
     for (int i = 0; i < e->nexecs && !done; i++) {
         struct gexec *x = e->execs[i];
-        if (!x->busy && x->done_valid &&
+        if (!atomic_load_explicit(&x->busy, CUPOOL_ACQUIRE) && x->done_valid &&
             CUPOOL_DRV(cupool__drv.cuEventQuery(x->done)) == CUDA_SUCCESS)
             done = x;
     }
     e->multi_stream = true; /* from now on launches record their completion */
     if (done) {
-        done->busy = true;
+        atomic_store_explicit(&done->busy, true, CUPOOL_RELAXED);
         return done;
     }
     return NULL;
@@ -836,18 +880,23 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
 
 /* Updates the nodes of x that differ from the pipeline. Returns false if the driver refused. */
 static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
-                        uint64_t *updated)
+                        uint64_t *updated, bool *unchanged)
 {
     uint64_t count = 0;
+    *updated = 0;
+    /* the common case, nothing changed: two comparisons for the whole pipeline */
+    *unchanged = p->alen == x->snap_alen &&
+                 memcmp(p->nodes, x->snap, p->n * sizeof(*p->nodes)) == 0 &&
+                 (!p->alen || memcmp(p->args, x->snap_args, p->alen) == 0);
+    if (*unchanged)
+        return true;
     for (uint32_t i = 0; i < p->n; i++) {
         const struct pnode *n = &p->nodes[i], *o = &x->snap[i];
         CUresult r = CUDA_SUCCESS;
         switch (n->type) {
         case PN_KERNEL: {
             const struct fninfo *fi = n->u.k.info;
-            if (memcmp(n->u.k.grid, o->u.k.grid, sizeof n->u.k.grid) == 0 &&
-                memcmp(n->u.k.block, o->u.k.block, sizeof n->u.k.block) == 0 &&
-                n->u.k.shmem == o->u.k.shmem &&
+            if (memcmp(&n->u.k, &o->u.k, sizeof n->u.k) == 0 &&
                 (!fi->bytes || memcmp(p->args + n->u.k.arg_off, x->snap_args + o->u.k.arg_off,
                                       fi->bytes) == 0))
                 continue;
@@ -970,6 +1019,32 @@ static bool eager_supported(void)
            cupool__drv.cuLaunchHostFunc;
 }
 
+/* Releases an exec after a launch: it stays in its entry (keep) or is dropped. */
+static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
+                      bool launched, bool recorded)
+{
+    if (keep) {
+        /* the next picker reads these after seeing busy clear (release / acquire) */
+        x->launched = launched || x->launched;
+        if (launched)
+            x->last_stream = stream;
+        x->done_valid = recorded;
+        atomic_store_explicit(&x->busy, false, CUPOOL_RELEASE);
+        atomic_fetch_sub(&e->busy, 1);
+        return;
+    }
+    pthread_mutex_lock(&cache_lock);
+    for (int i = 0; i < e->nexecs; i++)
+        if (e->execs[i] == x) {
+            e->execs[i] = e->execs[--e->nexecs];
+            break;
+        }
+    exec_free(e, x, true);
+    atomic_fetch_sub(&e->busy, 1);
+    evict();
+    pthread_mutex_unlock(&cache_lock);
+}
+
 CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
 {
     struct cupool_pipeline *p = pipeline_of(pipeline);
@@ -987,37 +1062,55 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
                                 "this driver lacks the entry points pipelines need");
         return eager_launch(p, stream);
     }
+    /* the current context: the graphs of a reset or another context are never touched */
     unsigned long long ctx_id;
-    CUcontext ctx = NULL;
     r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
-    if (r == CUDA_SUCCESS)
-        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
-    uint64_t hash;
-    size_t nsig = signature(p, &hash);
-    if (!nsig)
-        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
+    /* the signature: reused when the description kept the last launch's structure */
+    bool same = !p->sig_dirty && p->sigpos == p->last_nsig && p->n == p->last_n;
+    if (!same) {
+        uint64_t hash;
+        size_t nsig = signature(p, &hash);
+        if (!nsig)
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
+        p->last_nsig = p->sigpos = nsig;
+        p->last_hash = hash;
+        p->last_n = p->n;
+        p->sig_dirty = false;
+        p->last_entry = NULL;
+    }
+    uint64_t hash = p->last_hash;
+    size_t nsig = p->last_nsig;
 
     uint64_t inst = 0, failures = 0;
-    bool hit = false;
     pthread_mutex_lock(&cache_lock);
     st_launches++;
-    struct gentry *e = lookup(hash, ctx_id, p->sig, nsig);
+    struct gentry *e = p->last_entry && p->last_epoch == cache_epoch && p->last_ctx_id == ctx_id
+                           ? p->last_entry
+                           : lookup(hash, ctx_id, p->sig, nsig);
     struct gexec *x = NULL;
     if (e) {
-        hit = true;
         st_hits++;
-        lru_unlink(e);
-        lru_front(e);
-        e->busy++;
+        if (e != lru_head) {
+            lru_unlink(e);
+            lru_front(e);
+        }
+        atomic_fetch_add(&e->busy, 1);
         x = exec_pick(e, stream);
+        p->last_entry = e;
+        p->last_epoch = cache_epoch;
+        p->last_ctx_id = ctx_id;
     } else {
         st_misses++;
     }
     pthread_mutex_unlock(&cache_lock);
 
-    if (!hit) {
+    if (!e) {
+        CUcontext ctx = NULL;
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "cuCtxGetCurrent failed");
         struct gentry *fresh = NULL;
         r = entry_new(p, hash, nsig, ctx_id, ctx, &fresh);
         if (r != CUDA_SUCCESS)
@@ -1036,18 +1129,21 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         } else {
             entry_free(fresh); /* another thread cached it meanwhile: use that entry */
         }
-        e->busy++;
+        atomic_fetch_add(&e->busy, 1);
         x = exec_pick(e, stream);
+        evict(); /* never this entry: it is busy */
+        p->last_entry = e;
+        p->last_epoch = cache_epoch;
+        p->last_ctx_id = ctx_id;
         pthread_mutex_unlock(&cache_lock);
     }
     bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
     if (!x) {
         r = exec_new(e, &x);
-        if (r == CUDA_SUCCESS)
-            inst++;
         pthread_mutex_lock(&cache_lock);
         if (r == CUDA_SUCCESS) {
-            x->busy = true;
+            inst++;
+            atomic_store(&x->busy, true);
             cache_bytes += exec_bytes(e, x);
             cache_execs++;
             if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
@@ -1055,16 +1151,18 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
             else
                 one_off = true;
         } else {
-            e->busy--;
-            st_inst += inst;
+            atomic_fetch_sub(&e->busy, 1);
         }
         pthread_mutex_unlock(&cache_lock);
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
+            atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
             return r;
+        }
     }
 
     uint64_t updated = 0;
-    if (!exec_update(e, x, p, &updated)) {
+    bool unchanged = false;
+    if (!exec_update(e, x, p, &updated, &unchanged)) {
         /* the driver refused an update: instantiate this exec afresh and try once more */
         failures++;
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
@@ -1076,15 +1174,17 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
             memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
             x->snap_alen = e->tmpl_alen;
             x->launched = false;
-            if (!exec_update(e, x, p, &updated))
+            if (!exec_update(e, x, p, &updated, &unchanged))
                 r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
         } else {
             x->exec = NULL;
         }
     }
+    bool launched = false;
     if (r == CUDA_SUCCESS) {
         r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
-        if (r != CUDA_SUCCESS)
+        launched = r == CUDA_SUCCESS;
+        if (!launched)
             cupool__fail(r, "cuGraphLaunch failed");
     } else {
         /* the exec is unusable: this launch goes node by node */
@@ -1095,36 +1195,22 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         }
     }
     bool recorded = false;
-    if (r == CUDA_SUCCESS && e->multi_stream && x->exec) {
+    if (launched && e->multi_stream) {
         if (!x->done)
             CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
         recorded = x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
     }
-    bool keep = !one_off && x->exec != NULL && snapshot(x, p);
-
-    pthread_mutex_lock(&cache_lock);
-    st_inst += inst;
-    st_update_failures += failures;
+    /* the exec now holds the pipeline's parameters (unless they were already its own) */
+    bool keep = !one_off && x->exec != NULL && (unchanged || snapshot(x, p));
+    if (inst)
+        atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
+    if (failures)
+        atomic_fetch_add_explicit(&st_update_failures, failures, CUPOOL_RELAXED);
     if (updated) {
-        st_updates++;
-        st_nodes_updated += updated;
+        atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(&st_nodes_updated, updated, CUPOOL_RELAXED);
     }
-    if (keep) {
-        x->launched = true;
-        x->last_stream = stream;
-        x->done_valid = recorded;
-        x->busy = false;
-    } else {
-        for (int i = 0; i < e->nexecs; i++)
-            if (e->execs[i] == x) {
-                e->execs[i] = e->execs[--e->nexecs];
-                break;
-            }
-        exec_free(e, x, true);
-    }
-    e->busy--;
-    evict();
-    pthread_mutex_unlock(&cache_lock);
+    exec_done(e, x, keep, stream, launched, recorded);
     return r;
 }
 
@@ -1138,10 +1224,10 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
     stats->launches = st_launches;
     stats->hits = st_hits;
     stats->misses = st_misses;
-    stats->instantiations = st_inst;
-    stats->updates = st_updates;
-    stats->nodes_updated = st_nodes_updated;
-    stats->update_failures = st_update_failures;
+    stats->instantiations = atomic_load_explicit(&st_inst, CUPOOL_RELAXED);
+    stats->updates = atomic_load_explicit(&st_updates, CUPOOL_RELAXED);
+    stats->nodes_updated = atomic_load_explicit(&st_nodes_updated, CUPOOL_RELAXED);
+    stats->update_failures = atomic_load_explicit(&st_update_failures, CUPOOL_RELAXED);
     stats->evictions = st_evictions;
     stats->entries = cache_entries;
     stats->execs = cache_execs;
@@ -1170,7 +1256,7 @@ void cupool__graph_cache_trim(void)
     struct gentry *e = lru_tail;
     while (e) {
         struct gentry *prev = e->lru_prev;
-        if (!e->busy) {
+        if (!atomic_load(&e->busy)) {
             entry_unlink(e);
             entry_free(e);
             st_evictions++;

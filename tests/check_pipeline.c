@@ -5,6 +5,8 @@
  * eviction, and with CUPOOL_GRAPH_DISABLE=1.
  */
 #define _GNU_SOURCE /* setenv */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +192,51 @@ START_TEST(two_streams_never_share_an_exec)
 }
 END_TEST
 
+/* Several threads launching one signature on their own streams, arguments changing. */
+static _Atomic int thread_errors;
+
+static void *launcher(void *arg)
+{
+    int slot = (int)(intptr_t)arg;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS) {
+        thread_errors++;
+        return NULL;
+    }
+    CUstream s;
+    cupool_pipeline_t p;
+    if (tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        cupool_pipeline_create(&p) != CUDA_SUCCESS) {
+        thread_errors++;
+        return NULL;
+    }
+    for (int i = 0; i < 50; i++) {
+        fill_chain(p, 3, slot, (unsigned)(i % 2 + 1), 0); /* +1 or +2, three times */
+        if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
+            thread_errors++;
+    }
+    if (tu.cuStreamSynchronize(s) != CUDA_SUCCESS)
+        thread_errors++;
+    cupool_pipeline_destroy(p);
+    tu.cuStreamDestroy(s);
+    return NULL;
+}
+
+START_TEST(threads_share_a_signature)
+{
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, launcher, (void *)(intptr_t)(24 + i)), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_eq(thread_errors, 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(counter(24 + i), 25 * 3 + 25 * 6);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_le(st.execs, 4);
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -284,6 +331,7 @@ int main(void)
     tcase_add_test(tc, dag_with_memset_memcpy_host_and_events);
     tcase_add_test(tc, host_nodes_run_once_per_launch);
     tcase_add_test(tc, two_streams_never_share_an_exec);
+    tcase_add_test(tc, threads_share_a_signature);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
