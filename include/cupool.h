@@ -368,6 +368,43 @@ CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_no
  */
 CUPOOL_API CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream);
 
+/**
+ * Writes the cached graph of the pipeline's current structure as a Graphviz DOT file
+ * (cuGraphDebugDotPrint, verbose). The pipeline must have been launched with this structure
+ * in the current context (and its graph still cached). Returns CUDA_SUCCESS,
+ * CUDA_ERROR_INVALID_VALUE (no pipeline or path), CUDA_ERROR_NOT_FOUND (nothing cached for
+ * it), CUDA_ERROR_NOT_SUPPORTED (driver before CUDA 11.4), or the driver's error.
+ */
+CUPOOL_API CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path);
+
+/** Work to capture: launch it on stream (any driver or runtime calls that capture) and
+ * return CUDA_SUCCESS, or an error, which cupool_capture_launch returns after ending the
+ * capture and discarding its graph. */
+typedef CUresult (*cupool_capture_fn)(CUstream stream, void *user_data);
+
+/** cupool_capture_launch: on a hit, launch the graph as first captured (fn is not called). */
+#define CUPOOL_CAPTURE_REPLAY 0u
+/** cupool_capture_launch: on a hit, run fn under capture again and update the cached exec
+ * with the new graph (cuGraphExecUpdate): arguments may change, the structure should not
+ * (a changed structure instantiates the exec afresh). */
+#define CUPOOL_CAPTURE_UPDATE 1u
+
+/**
+ * Graph caching for code that cannot be rewritten as a pipeline (a vendor library call):
+ * on a miss of (current context, key), runs fn(stream, user_data) with stream in
+ * thread-local capture mode, instantiates the captured graph, caches it under key and
+ * launches it on stream. On a hit, CUPOOL_CAPTURE_REPLAY launches the cached exec without
+ * calling fn (right when the captured work's arguments never change); CUPOOL_CAPTURE_UPDATE
+ * captures again and patches the cached exec (right when arguments change from call to call;
+ * the capture costs what fn's calls cost, the update less than an instantiation). The same
+ * exec rules as pipelines apply: two streams never share one.
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (fn NULL, unknown flags); fn's error; the
+ * driver's error of the capture, instantiation or launch; CUDA_ERROR_NOT_SUPPORTED (a driver
+ * without capture or graph entry points).
+ */
+CUPOOL_API CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn fn,
+                                          void *user_data, unsigned int flags);
+
 /** Graph-cache statistics (counts since start; bytes is an estimate of the memory held). */
 typedef struct cupool_graph_stats {
     uint64_t launches;        /**< pipeline launches through the cache */

@@ -74,7 +74,11 @@
     X(cuGraphExecEventRecordNodeSetEvent, 11040, CUresult,                                  \
       (CUgraphExec x, CUgraphNode n, CUevent e))                                            \
     X(cuGraphExecEventWaitNodeSetEvent, 11040, CUresult, (CUgraphExec x, CUgraphNode n, CUevent e)) \
-    X(cuGraphDebugDotPrint, 11040, CUresult, (CUgraph g, const char *path, unsigned flags))
+    X(cuGraphDebugDotPrint, 11040, CUresult, (CUgraph g, const char *path, unsigned flags)) \
+    X(cuStreamBeginCapture, 11000, CUresult, (CUstream s, CUstreamCaptureMode mode))        \
+    X(cuStreamEndCapture, 10000, CUresult, (CUstream s, CUgraph * g))                       \
+    X(cuGraphExecUpdate, 12000, CUresult,                                                   \
+      (CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo * info))
 
 struct cupool__driver {
 #define X(name, version, ret, params) ret(*name) params;

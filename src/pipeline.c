@@ -770,12 +770,14 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
     return CUDA_SUCCESS;
 }
 
-static CUresult exec_new(struct gentry *e, struct gexec **out)
+/* A new exec of e (of graph instead of e's template graph when given). */
+static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
 {
     struct gexec *x = cupool__alloc(sizeof(*x));
     if (!x)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
-    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, e->graph, 0));
+    CUresult r = CUPOOL_DRV(
+        cupool__drv.cuGraphInstantiateWithFlags(&x->exec, graph ? graph : e->graph, 0));
     if (r != CUDA_SUCCESS) {
         cupool__free(x, sizeof(*x));
         return cupool__fail(r, "cuGraphInstantiateWithFlags failed");
@@ -788,11 +790,18 @@ static CUresult exec_new(struct gentry *e, struct gexec **out)
         cupool__free(x, sizeof(*x));
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     }
-    memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
-    memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
+    if (e->n)
+        memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
+    if (e->tmpl_alen)
+        memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
     x->snap_alen = e->tmpl_alen;
     *out = x;
     return CUDA_SUCCESS;
+}
+
+static CUresult exec_new(struct gentry *e, struct gexec **out)
+{
+    return exec_new_of(e, NULL, out);
 }
 
 /* A new entry for the pipeline: template graph and a first exec. Not under the lock. */
@@ -1264,4 +1273,234 @@ void cupool__graph_cache_trim(void)
         e = prev;
     }
     pthread_mutex_unlock(&cache_lock);
+}
+
+CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (!p || !path || p->n == 0)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_dot: %s",
+                            !p ? "not a pipeline" : !path ? "path is NULL" : "no nodes");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!cupool__drv.cuGraphDebugDotPrint)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver has no cuGraphDebugDotPrint");
+    unsigned long long ctx_id;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cupool_pipeline_dot: no usable current context");
+    uint64_t hash;
+    size_t nsig = signature(p, &hash);
+    if (!nsig)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
+    p->sig_dirty = true; /* the in-place comparison state was overwritten */
+    pthread_mutex_lock(&cache_lock);
+    struct gentry *e = lookup(hash, ctx_id, p->sig, nsig);
+    if (e) /* held busy so it is not evicted while printing */
+        atomic_fetch_add(&e->busy, 1);
+    pthread_mutex_unlock(&cache_lock);
+    if (!e)
+        return cupool__fail(CUDA_ERROR_NOT_FOUND,
+                            "cupool_pipeline_dot: no cached graph for this pipeline's structure "
+                            "(launch it first)");
+    r = CUPOOL_DRV(
+        cupool__drv.cuGraphDebugDotPrint(e->graph, path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+    atomic_fetch_sub(&e->busy, 1);
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuGraphDebugDotPrint(%s) failed", path);
+    return CUDA_SUCCESS;
+}
+
+/* ---- captured graphs ---- */
+
+#define CAPTURE_TAG UINT64_C(0xCA97C0DE00000000)
+
+/* Runs fn under thread-local capture on stream; *graph gets the result. */
+static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUgraph *graph)
+{
+    CUresult r = CUPOOL_DRV(
+        cupool__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuStreamBeginCapture failed");
+    CUresult user_r = fn(stream, user);
+    *graph = NULL;
+    r = CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, graph));
+    if (user_r != CUDA_SUCCESS || r != CUDA_SUCCESS) {
+        if (*graph)
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(*graph));
+        *graph = NULL;
+        if (user_r != CUDA_SUCCESS)
+            return cupool__fail(user_r, "the captured function failed");
+        return cupool__fail(r, "cuStreamEndCapture failed (capture invalidated?)");
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn fn,
+                               void *user_data, unsigned int flags)
+{
+    if (!fn || (flags & ~CUPOOL_CAPTURE_UPDATE))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_capture_launch: %s",
+                            !fn ? "fn is NULL" : "unknown flags");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!graphs_supported() || !cupool__drv.cuStreamBeginCapture ||
+        !cupool__drv.cuStreamEndCapture || !cupool__drv.cuGraphExecUpdate)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                            "this driver lacks the capture or graph entry points");
+    unsigned long long ctx_id;
+    CUcontext ctx = NULL;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
+    if (r == CUDA_SUCCESS)
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cupool_capture_launch: no usable current context");
+    uint64_t sig[2] = {CAPTURE_TAG, key};
+    uint64_t hash = mix(mix(0, sig[0]), sig[1]);
+
+    pthread_mutex_lock(&cache_lock);
+    st_launches++;
+    struct gentry *e = lookup(hash, ctx_id, sig, 2);
+    struct gexec *x = NULL;
+    if (e) {
+        st_hits++;
+        lru_unlink(e);
+        lru_front(e);
+        atomic_fetch_add(&e->busy, 1);
+        x = exec_pick(e, stream);
+    } else {
+        st_misses++;
+    }
+    pthread_mutex_unlock(&cache_lock);
+
+    CUgraph fresh_graph = NULL;
+    uint64_t inst = 0;
+    if (!e) {
+        r = capture(stream, fn, user_data, &fresh_graph);
+        if (r != CUDA_SUCCESS)
+            return r;
+        struct gentry *ne = cupool__alloc(sizeof(*ne));
+        uint64_t *nsig = cupool__alloc(sizeof(sig));
+        struct gexec *nx = NULL;
+        if (ne && nsig) {
+            ne->hash = hash;
+            ne->ctx_id = ctx_id;
+            ne->ctx = ctx;
+            ne->sig = nsig;
+            memcpy(nsig, sig, sizeof(sig));
+            ne->nsig = 2;
+            ne->graph = fresh_graph;
+            r = exec_new(ne, &nx);
+        } else {
+            r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
+        }
+        if (r != CUDA_SUCCESS) {
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+            cupool__free(nsig, sizeof(sig));
+            cupool__free(ne, sizeof(*ne));
+            return r;
+        }
+        inst++;
+        fresh_graph = NULL; /* the entry's now */
+        ne->execs[0] = nx;
+        ne->nexecs = 1;
+        ne->bytes = sizeof(*ne) + sizeof(sig) + 16 * DRIVER_BYTES_PER_NODE;
+        pthread_mutex_lock(&cache_lock);
+        cache_entries++;
+        cache_bytes += ne->bytes + exec_bytes(ne, nx);
+        cache_execs++;
+        e = lookup(hash, ctx_id, sig, 2);
+        if (!e) {
+            e = ne;
+            e->hnext = buckets[hash % BUCKETS];
+            buckets[hash % BUCKETS] = e;
+            lru_front(e);
+        } else {
+            entry_free(ne);
+        }
+        atomic_fetch_add(&e->busy, 1);
+        x = exec_pick(e, stream);
+        evict();
+        pthread_mutex_unlock(&cache_lock);
+    } else if (flags & CUPOOL_CAPTURE_UPDATE) {
+        r = capture(stream, fn, user_data, &fresh_graph);
+        if (r != CUDA_SUCCESS) {
+            if (x)
+                exec_done(e, x, true, stream, false, x->done_valid);
+            else
+                atomic_fetch_sub(&e->busy, 1);
+            return r;
+        }
+    }
+    bool one_off = false;
+    if (!x) {
+        /* a new exec: from this call's capture when there is one (no update needed) */
+        r = exec_new_of(e, fresh_graph, &x);
+        pthread_mutex_lock(&cache_lock);
+        if (r == CUDA_SUCCESS) {
+            inst++;
+            atomic_store(&x->busy, true);
+            cache_bytes += exec_bytes(e, x);
+            cache_execs++;
+            if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
+                e->execs[e->nexecs++] = x;
+            else
+                one_off = true;
+        } else {
+            atomic_fetch_sub(&e->busy, 1);
+        }
+        pthread_mutex_unlock(&cache_lock);
+        if (r != CUDA_SUCCESS) {
+            if (fresh_graph)
+                CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+            atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
+            return r;
+        }
+        if (fresh_graph) {
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+            fresh_graph = NULL;
+        }
+    }
+    uint64_t failures = 0;
+    if (fresh_graph) {
+        /* CUPOOL_CAPTURE_UPDATE on a hit: patch the exec with the new capture */
+        CUgraphExecUpdateResultInfo info;
+        memset(&info, 0, sizeof(info));
+        r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, fresh_graph, &info));
+        if (r == CUDA_SUCCESS) {
+            atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
+        } else {
+            failures++;
+            CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+            x->exec = NULL;
+            r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, fresh_graph, 0));
+            inst++;
+            if (r != CUDA_SUCCESS)
+                x->exec = NULL;
+        }
+        CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+    }
+    bool launched = false;
+    if (r == CUDA_SUCCESS && x->exec) {
+        r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+        launched = r == CUDA_SUCCESS;
+        if (!launched)
+            cupool__fail(r, "cuGraphLaunch failed");
+    } else if (r != CUDA_SUCCESS) {
+        cupool__fail(r, "instantiating a captured graph failed");
+    }
+    bool recorded = false;
+    if (launched && e->multi_stream) {
+        if (!x->done)
+            CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
+        recorded = x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+    }
+    if (inst)
+        atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
+    if (failures)
+        atomic_fetch_add_explicit(&st_update_failures, failures, CUPOOL_RELAXED);
+    exec_done(e, x, !one_off && x->exec != NULL, stream, launched, recorded);
+    return r;
 }

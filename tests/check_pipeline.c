@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -237,6 +238,115 @@ START_TEST(threads_share_a_signature)
 }
 END_TEST
 
+/* ---- capture ---- */
+
+struct cap_args {
+    int calls;
+    int kernels;
+    unsigned value;
+    int slot;
+    CUresult fail;
+};
+
+static CUresult captured_work(CUstream stream, void *user)
+{
+    struct cap_args *a = user;
+    a->calls++;
+    if (a->fail != CUDA_SUCCESS)
+        return a->fail;
+    CUdeviceptr ptr = mem + 4 * (CUdeviceptr)a->slot;
+    void *args[] = {&ptr, &a->value};
+    for (int i = 0; i < a->kernels; i++) {
+        CUresult r = tu.cuLaunchKernel(k.add_u32, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+START_TEST(capture_replays_without_calling_again)
+{
+    struct cap_args a = {0, 2, 3, 14, CUDA_SUCCESS};
+    TU_OK(cupool_capture_launch(42, s1, captured_work, &a, CUPOOL_CAPTURE_REPLAY));
+    ck_assert_int_eq(a.calls, 1);
+    ck_assert_uint_eq(counter(14), 6); /* captured, then launched */
+    a.value = 100; /* a replay does not see it: the graph is the first capture */
+    TU_OK(cupool_capture_launch(42, s1, captured_work, &a, CUPOOL_CAPTURE_REPLAY));
+    TU_OK(cupool_capture_launch(42, s1, captured_work, &a, CUPOOL_CAPTURE_REPLAY));
+    ck_assert_int_eq(a.calls, 1);
+    ck_assert_uint_eq(counter(14), 18);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.hits, 2);
+}
+END_TEST
+
+START_TEST(capture_update_patches_the_exec)
+{
+    struct cap_args a = {0, 2, 1, 15, CUDA_SUCCESS};
+    TU_OK(cupool_capture_launch(43, s1, captured_work, &a, CUPOOL_CAPTURE_UPDATE));
+    a.value = 10;
+    TU_OK(cupool_capture_launch(43, s1, captured_work, &a, CUPOOL_CAPTURE_UPDATE));
+    ck_assert_int_eq(a.calls, 2);
+    ck_assert_uint_eq(counter(15), 2 + 20);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.instantiations, 1); /* the second launch updated, not instantiated */
+    ck_assert_uint_eq(st.updates, 1);
+    a.kernels = 3; /* another structure: the update fails, the exec is instantiated afresh */
+    TU_OK(cupool_capture_launch(43, s1, captured_work, &a, CUPOOL_CAPTURE_UPDATE));
+    ck_assert_uint_eq(counter(15), 22 + 30);
+    st = gstats();
+    ck_assert_uint_eq(st.update_failures, 1);
+    ck_assert_uint_eq(st.instantiations, 2);
+}
+END_TEST
+
+START_TEST(capture_error_leaves_nothing_behind)
+{
+    struct cap_args a = {0, 1, 1, 16, CUDA_ERROR_INVALID_VALUE};
+    TU_EQ(cupool_capture_launch(44, s1, captured_work, &a, 0), CUDA_ERROR_INVALID_VALUE);
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    TU_OK(tu.cuStreamIsCapturing(s1, &cs));
+    ck_assert_int_eq(cs, CU_STREAM_CAPTURE_STATUS_NONE);
+    ck_assert_uint_eq(gstats().entries, 0);
+    a.fail = CUDA_SUCCESS; /* the next call captures afresh */
+    TU_OK(cupool_capture_launch(44, s1, captured_work, &a, 0));
+    ck_assert_uint_eq(counter(16), 1);
+    TU_EQ(cupool_capture_launch(44, s1, NULL, &a, 0), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_capture_launch(44, s1, captured_work, &a, 8), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+START_TEST(dot_file_of_a_cached_pipeline)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 3, 17, 1, 0);
+    char path[] = "/tmp/cupool-pipeline-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    TU_EQ(cupool_pipeline_dot(p, path), CUDA_ERROR_NOT_FOUND); /* not launched yet */
+    TU_OK(cupool_pipeline_launch(p, s1));
+    TU_OK(cupool_pipeline_dot(p, path));
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int digraph = 0, kernels = 0;
+    while (fgets(line, sizeof line, f)) {
+        digraph |= strstr(line, "digraph") != NULL;
+        kernels += strstr(line, "add_u32") != NULL;
+    }
+    fclose(f);
+    unlink(path);
+    ck_assert(digraph);
+    ck_assert_int_ge(kernels, 3);
+    TU_OK(cupool_pipeline_launch(p, s1)); /* still a hit afterwards */
+    ck_assert_uint_eq(counter(17), 6);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -332,6 +442,10 @@ int main(void)
     tcase_add_test(tc, host_nodes_run_once_per_launch);
     tcase_add_test(tc, two_streams_never_share_an_exec);
     tcase_add_test(tc, threads_share_a_signature);
+    tcase_add_test(tc, capture_replays_without_calling_again);
+    tcase_add_test(tc, capture_update_patches_the_exec);
+    tcase_add_test(tc, capture_error_leaves_nothing_behind);
+    tcase_add_test(tc, dot_file_of_a_cached_pipeline);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
