@@ -441,12 +441,14 @@ int main(int argc, char **argv)
                "\"repeats\":%d,\"results\":[",
                date, gpu, version, simulated ? "true" : "false", cpus, cupool_version(), pairs,
                driver_pairs, repeats);
-    else
-        printf("cupool-bench %s, %s: %s, CUDA driver %d.%d, %ld CPUs%s\n"
-               "ns per create+destroy (driver) or acquire+release (cupool) pair, per thread; "
-               "median of %d repeats\n",
-               cupool_version(), date, gpu, version / 1000, version % 1000 / 10, cpus, label,
-               repeats);
+    else {
+        printf("cupool-bench %s, %s: %s, CUDA driver %d.%d, %ld CPUs%s\n", cupool_version(), date,
+               gpu, version / 1000, version % 1000 / 10, cpus, label);
+        if (kinds[STREAMS] || kinds[EVENTS] || kinds[CALLS])
+            printf("ns per create+destroy (driver) or acquire+release (cupool) pair, per thread; "
+                   "median of %d repeats\n",
+                   repeats);
+    }
 
     int first = 1;
     for (int k = STREAMS; k <= CALLS; k++) {

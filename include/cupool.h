@@ -234,6 +234,8 @@ CUPOOL_API CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent 
  * nothing. Also an init
  * error; CUDA_ERROR_DEINITIALIZED after exit began or the driver was torn down (nothing is
  * destroyed then); CUDA_ERROR_NOT_PERMITTED in a forked child.
+ * It also drops every cached pipeline or captured graph that no launch is using now
+ * (cupool_pipeline_launch builds them again on demand).
  * Thread-safe; may run concurrently with acquires and releases.
  */
 CUPOOL_API CUresult cupool_trim(void);
