@@ -93,6 +93,7 @@ struct cupool_pipeline {
     uint64_t last_epoch;       /* ... the cache's epoch has not moved */
     unsigned long long last_ctx_id;
     uint32_t max_params;
+    uint64_t gen; /* changes with every change to the description; unique across pipelines */
     void **argv; /* scratch for kernelParams */
     size_t argvcap;
     const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
@@ -220,8 +221,10 @@ CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
     struct cupool_pipeline *p = cupool__alloc(sizeof(*p));
     if (!p)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline");
+    static _Atomic uint64_t serial;
     p->magic = PIPELINE_MAGIC;
     p->sig_dirty = true;
+    p->gen = (atomic_fetch_add(&serial, 1) + 1) << 32;
     *pipeline = p;
     return CUDA_SUCCESS;
 }
@@ -253,6 +256,7 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->alen = 0;
     p->sigpos = 1; /* word 0 is the node count, compared at launch */
     p->sig_dirty = p->last_nsig == 0;
+    p->gen++;
     return CUDA_SUCCESS;
 }
 
@@ -286,6 +290,7 @@ static CUresult node_push(struct cupool_pipeline *p, uint32_t type, struct pnode
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline node");
     struct pnode *n = &p->nodes[p->n];
     memset(n, 0, sizeof(*n));
+    p->gen++;
     n->type = type;
     n->dep_start = p->ndeps;
     if (p->n > 0) {
@@ -455,6 +460,7 @@ CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
     n->dep_start = p->ndeps;
     n->ndeps = (uint32_t)count;
     p->sig_dirty = true; /* an earlier node's words changed: recompute at launch */
+    p->gen++;
     for (size_t i = 0; i < count; i++)
         p->deps[p->ndeps++] = on[i];
     return CUDA_SUCCESS;
@@ -499,6 +505,10 @@ struct gexec {
     CUevent done;         /* recorded after each launch once the entry is multi-stream */
     bool launched, done_valid;
     _Atomic bool busy; /* a launch is using it (set under the cache lock, cleared without) */
+    /* The description its snapshot equals, as (pipeline, generation): a relaunch of an
+     * untouched pipeline on this exec skips the comparison. */
+    const struct cupool_pipeline *snap_owner;
+    uint64_t snap_gen;
     struct pnode *snap; /* the parameters of its last launch (or of the template) */
     unsigned char *snap_args;
     size_t snap_cap, snap_acap, snap_alen;
@@ -893,6 +903,11 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
 {
     uint64_t count = 0;
     *updated = 0;
+    /* this exec last ran exactly this description: nothing to compare */
+    if (x->snap_owner == p && x->snap_gen == p->gen) {
+        *unchanged = true;
+        return true;
+    }
     /* the common case, nothing changed: two comparisons for the whole pipeline */
     *unchanged = p->alen == x->snap_alen &&
                  memcmp(p->nodes, x->snap, p->n * sizeof(*p->nodes)) == 0 &&
@@ -1004,7 +1019,7 @@ static CUresult eager_launch(struct cupool_pipeline *p, CUstream s)
     return CUDA_SUCCESS;
 }
 
-static bool graphs_supported(void)
+static bool graphs_supported_now(void)
 {
     return cupool__drv.cuGraphCreate && cupool__drv.cuGraphAddKernelNode &&
            cupool__drv.cuGraphAddMemsetNode && cupool__drv.cuGraphAddMemcpyNode &&
@@ -1018,6 +1033,18 @@ static bool graphs_supported(void)
            cupool__drv.cuGraphExecEventRecordNodeSetEvent &&
            cupool__drv.cuGraphExecEventWaitNodeSetEvent && cupool__drv.cuEventQuery &&
            cupool__drv.cuEventRecord && cupool__drv.cuGraphDestroy;
+}
+
+/* The driver table is fixed once the library runs: look once. */
+static bool graphs_supported(void)
+{
+    static _Atomic int known; /* 0 unknown, 1 no, 2 yes */
+    int k = atomic_load_explicit(&known, CUPOOL_RELAXED);
+    if (CUPOOL_UNLIKELY(k == 0)) {
+        k = graphs_supported_now() ? 2 : 1;
+        atomic_store_explicit(&known, k, CUPOOL_RELAXED);
+    }
+    return k == 2;
 }
 
 static bool eager_supported(void)
@@ -1180,8 +1207,10 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         inst++;
         if (r == CUDA_SUCCESS) {
             memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
-            memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
+            if (e->tmpl_alen)
+                memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
             x->snap_alen = e->tmpl_alen;
+            x->snap_owner = NULL;
             x->launched = false;
             if (!exec_update(e, x, p, &updated, &unchanged))
                 r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
@@ -1211,6 +1240,10 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     }
     /* the exec now holds the pipeline's parameters (unless they were already its own) */
     bool keep = !one_off && x->exec != NULL && (unchanged || snapshot(x, p));
+    if (keep) {
+        x->snap_owner = p;
+        x->snap_gen = p->gen;
+    }
     if (inst)
         atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
     if (failures)

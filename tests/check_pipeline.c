@@ -347,6 +347,27 @@ START_TEST(dot_file_of_a_cached_pipeline)
 }
 END_TEST
 
+/* Two pipelines of one structure, other arguments, relaunched unchanged in turn on one stream:
+ * the shared exec must take each one's arguments every time. */
+START_TEST(two_pipelines_alternate_on_one_exec)
+{
+    cupool_pipeline_t a, b;
+    TU_OK(cupool_pipeline_create(&a));
+    TU_OK(cupool_pipeline_create(&b));
+    fill_chain(a, 4, 18, 1, 0);
+    fill_chain(b, 4, 18, 10, 0);
+    for (int i = 0; i < 5; i++) {
+        TU_OK(cupool_pipeline_launch(a, s1));
+        TU_OK(cupool_pipeline_launch(a, s1)); /* untouched: no comparison at all */
+        TU_OK(cupool_pipeline_launch(b, s1));
+    }
+    ck_assert_uint_eq(counter(18), 5 * (2 * 4 + 40));
+    ck_assert_uint_eq(gstats().execs, 1);
+    TU_OK(cupool_pipeline_destroy(a));
+    TU_OK(cupool_pipeline_destroy(b));
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -442,6 +463,7 @@ int main(void)
     tcase_add_test(tc, host_nodes_run_once_per_launch);
     tcase_add_test(tc, two_streams_never_share_an_exec);
     tcase_add_test(tc, threads_share_a_signature);
+    tcase_add_test(tc, two_pipelines_alternate_on_one_exec);
     tcase_add_test(tc, capture_replays_without_calling_again);
     tcase_add_test(tc, capture_update_patches_the_exec);
     tcase_add_test(tc, capture_error_leaves_nothing_behind);
