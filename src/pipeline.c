@@ -531,7 +531,7 @@ struct gentry {
     struct gexec *execs[EXECS_LIMIT];
     int nexecs;
     _Atomic int busy; /* launches using the entry now: it is not evicted meanwhile */
-    bool multi_stream;
+    _Atomic bool multi_stream; /* set under the lock, read without */
     size_t bytes;
     struct gentry *hnext, *lru_prev, *lru_next;
 };
