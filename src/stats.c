@@ -91,6 +91,15 @@ CUresult cupool_stats_print(FILE *out)
     }
     if (n == 0)
         fprintf(out, "(no pools used)\n");
+    cupool_graph_stats_t g;
+    if (cupool_graph_stats_get(&g) == CUDA_SUCCESS && (g.launches || g.eager_launches))
+        fprintf(out,
+                "graph cache: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " instantiations, %" PRIu64 " updates (%" PRIu64 " nodes), %" PRIu64
+                " update failures, %" PRIu64 " evictions, %" PRIu64 " eager launches; %" PRIu64
+                " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
+                g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
+                g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
     fflush(out);
     return CUDA_SUCCESS;
 }

@@ -97,6 +97,13 @@ START_TEST(hit_patches_only_changed_arguments)
     cupool_graph_stats_t c = gstats();
     ck_assert_uint_eq(c.nodes_updated, b.nodes_updated + 2);
     ck_assert_uint_eq(c.instantiations, 1);
+    /* printed with the other statistics */
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf, "w");
+    ck_assert_ptr_nonnull(f);
+    TU_OK(cupool_stats_print(f));
+    fclose(f);
+    ck_assert_msg(strstr(buf, "graph cache: 3 launches, 2 hits, 1 misses"), "%s", buf);
 
     fill_chain(p, 10, 0, 1, 0); /* back: the two nodes change again */
     TU_OK(cupool_pipeline_launch(p, s1));
