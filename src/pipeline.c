@@ -98,6 +98,7 @@ struct cupool_pipeline {
     size_t argvcap;
     const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
     unsigned fnext;
+    uint64_t fn_epoch; /* fn_epoch when fcache was filled */
 };
 
 /* ---- small growable arrays from cupool's allocator ---- */
@@ -126,6 +127,10 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
 
 static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fninfo *fn_table[256];
+/* Bumped by cupool_trim(): layouts learnt before are looked up again (a function of an
+ * unloaded module can be followed by another at the same address). Old entries stay allocated
+ * (pipelines may point at them) until the library is unloaded. */
+static _Atomic uint64_t fn_epoch;
 
 static size_t fn_bucket(CUfunction f)
 {
@@ -134,6 +139,11 @@ static size_t fn_bucket(CUfunction f)
 
 static CUresult fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct fninfo **out)
 {
+    uint64_t epoch = atomic_load_explicit(&fn_epoch, CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(p->fn_epoch != epoch)) {
+        memset(p->fcache, 0, sizeof(p->fcache));
+        p->fn_epoch = epoch;
+    }
     for (unsigned i = 0; i < FN_CACHE; i++)
         if (p->fcache[i] && p->fcache[i]->fn == f) {
             *out = p->fcache[i];
@@ -224,6 +234,7 @@ CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
     static _Atomic uint64_t serial;
     p->magic = PIPELINE_MAGIC;
     p->sig_dirty = true;
+    p->fn_epoch = atomic_load(&fn_epoch);
     p->gen = (atomic_fetch_add(&serial, 1) + 1) << 32;
     *pipeline = p;
     return CUDA_SUCCESS;
@@ -1291,9 +1302,14 @@ void cupool__graph_cache_close(void)
     pthread_mutex_unlock(&cache_lock);
 }
 
-/* cupool_trim(): drops every cached graph not in use right now. */
+/* cupool_trim(): drops every cached graph not in use right now, and forgets kernel layouts
+ * (a module may have been unloaded). */
 void cupool__graph_cache_trim(void)
 {
+    pthread_mutex_lock(&fn_lock);
+    memset(fn_table, 0, sizeof(fn_table));
+    atomic_fetch_add_explicit(&fn_epoch, 1, CUPOOL_RELEASE);
+    pthread_mutex_unlock(&fn_lock);
     pthread_mutex_lock(&cache_lock);
     struct gentry *e = lru_tail;
     while (e) {
