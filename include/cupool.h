@@ -283,7 +283,8 @@ CUPOOL_API CUresult cupool_stats_print(FILE *out);
 
 /**
  * Bytes of host memory cupool holds for its own bookkeeping: thread caches, magazines, handle
- * records, registry tables and pool classes, each block's 64-byte header included (bytes).
+ * records, registry tables, pool classes, pipelines and the graph cache's own records (not
+ * the driver's graphs), each block's 64-byte header included (bytes).
  * It grows with the number of threads, classes and handles at their peak and never with the
  * number of operations. dlclose() of the library frees all of it. Never calls the driver;
  * thread-safe; works in every lifecycle state.

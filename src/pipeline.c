@@ -605,10 +605,18 @@ static bool snapshot(struct gexec *x, const struct cupool_pipeline *p)
 }
 
 /* Is the entry's context still the one its graph was built in? (No call on a dead one.) */
-static bool entry_ctx_alive(const struct gentry *e)
+/* 1: the entry's context is the one its graph was built in; 0: it is gone (destroyed,
+ * reset, broken); -1: the check failed for another reason (a passing driver error). */
+static int entry_ctx_state(const struct gentry *e)
 {
     unsigned long long id = 0;
-    return CUPOOL_DRV(cupool__drv.cuCtxGetId(e->ctx, &id)) == CUDA_SUCCESS && id == e->ctx_id;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(e->ctx, &id));
+    if (r == CUDA_SUCCESS)
+        return id == e->ctx_id;
+    if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT ||
+        r == CUDA_ERROR_DEINITIALIZED)
+        return 0;
+    return -1;
 }
 
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
@@ -627,10 +635,9 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 }
 
 /* Frees an entry that is out of the table and the LRU list. Cache lock held. */
-static void entry_free(struct gentry *e)
+static void entry_free_as(struct gentry *e, bool alive)
 {
     cache_epoch++;
-    bool alive = entry_ctx_alive(e);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
     if (alive && e->graph)
@@ -644,6 +651,12 @@ static void entry_free(struct gentry *e)
     cupool__free(e, sizeof(*e));
 }
 
+/* Frees an entry whose context is alive or gone (no driver call on a gone one). Lock held. */
+static void entry_free(struct gentry *e)
+{
+    entry_free_as(e, entry_ctx_state(e) == 1);
+}
+
 static void entry_unlink(struct gentry *e)
 {
     struct gentry **link = &buckets[e->hash % BUCKETS];
@@ -654,6 +667,25 @@ static void entry_unlink(struct gentry *e)
     lru_unlink(e);
 }
 
+/* Evicts e unless it is busy or its context cannot be checked now (then its driver objects
+ * would leak: it stays, and a later eviction tries again). Lock held. */
+static bool entry_evict(struct gentry *e)
+{
+    if (atomic_load(&e->busy))
+        return false;
+    for (int i = 0; i < e->nexecs; i++)
+        if (atomic_load(&e->execs[i]->busy))
+            return false;
+    int st = entry_ctx_state(e);
+    if (st < 0)
+        return false;
+    entry_unlink(e);
+    entry_free_as(e, st == 1);
+    st_evictions++;
+    return true;
+}
+
+
 /* Evicts least recently used idle entries while the cache is over a bound. Lock held. */
 static void evict(void)
 {
@@ -661,11 +693,7 @@ static void evict(void)
     while (e && (cache_entries > cupool__cfg.graph_cache_entries ||
                  cache_bytes > cupool__cfg.graph_cache_bytes)) {
         struct gentry *prev = e->lru_prev;
-        if (!atomic_load(&e->busy)) {
-            entry_unlink(e);
-            entry_free(e);
-            st_evictions++;
-        }
+        entry_evict(e);
         e = prev;
     }
 }
@@ -882,7 +910,8 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
         struct gexec *x = e->execs[i];
         if (atomic_load_explicit(&x->busy, CUPOOL_ACQUIRE))
             continue;
-        if (x->launched && x->last_stream == stream) {
+        /* CU_STREAM_PER_THREAD is one value naming every thread's own stream: no match */
+        if (x->launched && x->last_stream == stream && stream != CU_STREAM_PER_THREAD) {
             atomic_store_explicit(&x->busy, true, CUPOOL_RELAXED);
             return x; /* stream order keeps its launches apart */
         }
@@ -1291,13 +1320,19 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
 
 /* Destroys every cached graph while the driver answers (unload, exit with
  * CUPOOL_DESTROY_ON_EXIT); the caller is the closer. */
-void cupool__graph_cache_close(void)
+void cupool__graph_cache_close(bool all_threads)
 {
     pthread_mutex_lock(&cache_lock);
-    while (lru_head) {
-        struct gentry *e = lru_head;
-        entry_unlink(e);
-        entry_free(e);
+    struct gentry *e = lru_head;
+    while (e) {
+        struct gentry *next = e->lru_next;
+        if (all_threads) { /* unload: no launch can be running */
+            entry_unlink(e);
+            entry_free(e);
+        } else {
+            entry_evict(e); /* exit: other threads may be launching: not theirs */
+        }
+        e = next;
     }
     pthread_mutex_unlock(&cache_lock);
 }
@@ -1314,11 +1349,7 @@ void cupool__graph_cache_trim(void)
     struct gentry *e = lru_tail;
     while (e) {
         struct gentry *prev = e->lru_prev;
-        if (!atomic_load(&e->busy)) {
-            entry_unlink(e);
-            entry_free(e);
-            st_evictions++;
-        }
+        entry_evict(e);
         e = prev;
     }
     pthread_mutex_unlock(&cache_lock);
@@ -1343,7 +1374,10 @@ CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path)
     size_t nsig = signature(p, &hash);
     if (!nsig)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
-    p->sig_dirty = true; /* the in-place comparison state was overwritten */
+    /* p->sig now holds this structure, not the last launch's: forget the last launch's */
+    p->sig_dirty = true;
+    p->last_nsig = 0;
+    p->last_entry = NULL;
     pthread_mutex_lock(&cache_lock);
     struct gentry *e = lookup(hash, ctx_id, p->sig, nsig);
     if (e) /* held busy so it is not evicted while printing */
@@ -1467,6 +1501,12 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
             buckets[hash % BUCKETS] = e;
             lru_front(e);
         } else {
+            /* another thread cached this key meanwhile: use its entry; with
+             * CUPOOL_CAPTURE_UPDATE this call's capture still updates the exec it gets */
+            if (flags & CUPOOL_CAPTURE_UPDATE) {
+                fresh_graph = ne->graph;
+                ne->graph = NULL;
+            }
             entry_free(ne);
         }
         atomic_fetch_add(&e->busy, 1);

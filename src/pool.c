@@ -1319,7 +1319,7 @@ void cupool__pool_close(bool all_threads)
         /* handles over the cap went to the retire stack: the whole depot goes either way */
         close_class(c);
     }
-    cupool__graph_cache_close();
+    cupool__graph_cache_close(all_threads);
 }
 
 CUresult cupool_trim(void)

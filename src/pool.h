@@ -198,8 +198,9 @@ void cupool__pool_quiesce(void);
  * contexts that are gone are forgotten without a driver call. */
 void cupool__pool_close(bool all_threads);
 
-/* Destroys every cached pipeline graph (pipeline.c); the caller is the closer. */
-void cupool__graph_cache_close(void);
+/* Destroys cached pipeline graphs (pipeline.c); the caller is the closer. all_threads
+ * (unload): every one; otherwise (exit) those no launch is using. */
+void cupool__graph_cache_close(bool all_threads);
 /* Drops every cached pipeline graph not in use now (cupool_trim). */
 void cupool__graph_cache_trim(void);
 

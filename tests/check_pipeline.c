@@ -375,6 +375,77 @@ START_TEST(two_pipelines_alternate_on_one_exec)
 }
 END_TEST
 
+/* A DOT request of another structure in between must not make the next launch reuse the
+ * previous structure's graph. */
+START_TEST(dot_between_structures_keeps_signatures_apart)
+{
+    CUevent ev;
+    TU_OK(tu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    CUdeviceptr ptr = mem + 4 * 19;
+    unsigned one = 1;
+    void *args[] = {&ptr, &one};
+    TU_OK(cupool_pipeline_event_record(p, ev, NULL)); /* structure A */
+    TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    TU_OK(cupool_pipeline_launch(p, s1));
+    for (int i = 0; i < 2; i++) { /* structure B, same node count, another node type */
+        TU_OK(cupool_pipeline_reset(p));
+        TU_OK(cupool_pipeline_event_wait(p, ev, NULL));
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        if (i == 0)
+            TU_EQ(cupool_pipeline_dot(p, "/tmp/cupool-never-written.dot"), CUDA_ERROR_NOT_FOUND);
+    }
+    uint64_t misses = gstats().misses;
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(gstats().misses, misses + 1); /* B is not A */
+    ck_assert_uint_eq(counter(19), 2);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuEventDestroy(ev));
+}
+END_TEST
+
+/* Two threads missing one capture key at the same moment with CUPOOL_CAPTURE_UPDATE: each
+ * launch runs its own capture's arguments, whichever thread cached the key. */
+static pthread_barrier_t both_capturing;
+
+static CUresult capture_at_barrier(CUstream stream, void *user)
+{
+    struct cap_args *a = user;
+    pthread_barrier_wait(&both_capturing); /* both calls are inside a capture: both missed */
+    return captured_work(stream, a);
+}
+
+static void *capture_thread(void *arg)
+{
+    struct cap_args *a = arg;
+    CUstream s;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS ||
+        tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        return (void *)1;
+    CUresult r = cupool_capture_launch(77, s, capture_at_barrier, a, CUPOOL_CAPTURE_UPDATE);
+    tu.cuStreamSynchronize(s);
+    return r == CUDA_SUCCESS ? NULL : (void *)1;
+}
+
+START_TEST(capture_update_race_keeps_each_callers_arguments)
+{
+    struct cap_args a = {0, 1, 1, 20, CUDA_SUCCESS}, b = {0, 1, 100, 21, CUDA_SUCCESS};
+    pthread_barrier_init(&both_capturing, NULL, 2);
+    pthread_t ta, tb;
+    void *ra, *rb;
+    pthread_create(&ta, NULL, capture_thread, &a);
+    pthread_create(&tb, NULL, capture_thread, &b);
+    pthread_join(ta, &ra);
+    pthread_join(tb, &rb);
+    pthread_barrier_destroy(&both_capturing);
+    ck_assert_ptr_null(ra);
+    ck_assert_ptr_null(rb);
+    ck_assert_uint_eq(counter(20), 1);
+    ck_assert_uint_eq(counter(21), 100);
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -475,6 +546,8 @@ int main(void)
     tcase_add_test(tc, capture_update_patches_the_exec);
     tcase_add_test(tc, capture_error_leaves_nothing_behind);
     tcase_add_test(tc, dot_file_of_a_cached_pipeline);
+    tcase_add_test(tc, dot_between_structures_keeps_signatures_apart);
+    tcase_add_test(tc, capture_update_race_keeps_each_callers_arguments);
     tcase_add_test(tc, bad_input);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
