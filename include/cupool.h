@@ -276,7 +276,8 @@ typedef struct cupool_class_stats {
 CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count);
 
 /**
- * Prints the statistics as a table, one line per class, to out. Never calls the driver.
+ * Prints the statistics as a table, one line per class, to out, then (once pipelines were
+ * launched) one line of graph-cache counters. Never calls the driver.
  * Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (out NULL).
  */
 CUPOOL_API CUresult cupool_stats_print(FILE *out);
@@ -311,7 +312,9 @@ typedef unsigned int cupool_node_t;
  * CUDA_ERROR_OUT_OF_MEMORY, or the initialisation error. Thread-safe.
  */
 CUPOOL_API CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline);
-/** Destroys a pipeline (NULL is ignored). Cached graphs stay cached. */
+/** Destroys a pipeline (NULL is ignored; CUDA_ERROR_INVALID_VALUE for a value that is not a
+ * live pipeline, as far as can be told: a destroyed one must not be used). Cached graphs stay
+ * cached. */
 CUPOOL_API CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline);
 /** Removes every node, keeping the pipeline's memory for the next description. */
 CUPOOL_API CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline);
@@ -332,7 +335,8 @@ CUPOOL_API CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunctio
                                            unsigned int block_y, unsigned int block_z,
                                            unsigned int shared_bytes, void **args,
                                            cupool_node_t *node);
-/** Appends a memset of count elements of element_bytes (1 or 4) at dst to value. */
+/** Appends a memset of count elements of element_bytes (1 or 4) at dst to value (its low
+ * byte for 1-byte elements). CUDA_ERROR_INVALID_VALUE: dst 0, count 0, another size. */
 CUPOOL_API CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst,
                                            unsigned int value, unsigned int element_bytes,
                                            size_t count, cupool_node_t *node);
@@ -353,7 +357,8 @@ CUPOOL_API CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn
  * Makes node depend on exactly the count nodes in on[] (each added before it), replacing its
  * default dependency: explicit edges make a DAG; count 0 makes it a root.
  * Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (a node number out of range, a dependency
- * not added before node, on NULL with count > 0); nothing changes on error.
+ * not added before node, a node listed twice, on NULL with count > 0); nothing changes on
+ * error.
  */
 CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
                                            const cupool_node_t *on, size_t count);
@@ -385,7 +390,8 @@ CUPOOL_API CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *
  * capture and discarding its graph. */
 typedef CUresult (*cupool_capture_fn)(CUstream stream, void *user_data);
 
-/** cupool_capture_launch: on a hit, launch the graph as first captured (fn is not called). */
+/** cupool_capture_launch: on a hit, launch a cached exec of the key without calling fn (it
+ * holds the first capture, or the last update made to that exec: use one mode per key). */
 #define CUPOOL_CAPTURE_REPLAY 0u
 /** cupool_capture_launch: on a hit, run fn under capture again and update the cached exec
  * with the new graph (cuGraphExecUpdate): arguments may change, the structure should not
@@ -410,21 +416,22 @@ CUPOOL_API CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_
 
 /** Graph-cache statistics (counts since start; bytes is an estimate of the memory held). */
 typedef struct cupool_graph_stats {
-    uint64_t launches;        /**< pipeline launches through the cache */
+    uint64_t launches;        /**< pipeline and capture launches through the cache */
     uint64_t hits;            /**< launches that found their signature cached */
     uint64_t misses;          /**< launches that built a graph */
     uint64_t instantiations;  /**< cuGraphInstantiate calls (misses, extra execs, retries) */
     uint64_t updates;         /**< launches that updated at least one node */
     uint64_t nodes_updated;   /**< node parameter updates */
     uint64_t update_failures; /**< updates the driver refused (the exec was re-instantiated) */
-    uint64_t evictions;       /**< cache entries evicted */
+    uint64_t evictions;       /**< cache entries evicted (by the bounds or cupool_trim) */
     uint64_t eager_launches;  /**< launches made node by node (CUPOOL_GRAPH_DISABLE) */
     uint64_t entries;         /**< entries cached now */
     uint64_t execs;           /**< graph execs alive now */
     uint64_t bytes;           /**< estimated host and driver memory held by the cache */
 } cupool_graph_stats_t;
 
-/** Copies the graph-cache statistics into *stats. Never calls the driver. */
+/** Copies the graph-cache statistics into *stats. Returns CUDA_SUCCESS or
+ * CUDA_ERROR_INVALID_VALUE (stats NULL). Never calls the driver; thread-safe. */
 CUPOOL_API CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats);
 
 #ifdef __cplusplus

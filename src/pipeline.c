@@ -1299,7 +1299,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
 CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
 {
     if (!stats)
-        return CUDA_ERROR_INVALID_VALUE;
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&st_eager, CUPOOL_RELAXED);
     pthread_mutex_lock(&cache_lock);
