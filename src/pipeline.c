@@ -605,18 +605,12 @@ static bool snapshot(struct gexec *x, const struct cupool_pipeline *p)
 }
 
 /* Is the entry's context still the one its graph was built in? (No call on a dead one.) */
-/* 1: the entry's context is the one its graph was built in; 0: it is gone (destroyed,
- * reset, broken); -1: the check failed for another reason (a passing driver error). */
+/* 1: the entry's context is the one its graph was built in; 0: it is gone; -1: unknown now
+ * (a passing driver error). */
 static int entry_ctx_state(const struct gentry *e)
 {
-    unsigned long long id = 0;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(e->ctx, &id));
-    if (r == CUDA_SUCCESS)
-        return id == e->ctx_id;
-    if (r == CUDA_ERROR_CONTEXT_IS_DESTROYED || r == CUDA_ERROR_INVALID_CONTEXT ||
-        r == CUDA_ERROR_DEINITIALIZED)
-        return 0;
-    return -1;
+    CUresult err = CUDA_SUCCESS;
+    return cupool__ctx_verdict(e->ctx, e->ctx_id, &err);
 }
 
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
@@ -1095,6 +1089,116 @@ static bool eager_supported(void)
            cupool__drv.cuLaunchHostFunc;
 }
 
+/* ---- steps shared by pipeline and capture launches ---- */
+
+/* Finds the entry of a launch (`known`, the entry of this signature seen at cache epoch
+ * *epoch, while the epoch holds; else a lookup), counts the launch, and claims an exec for
+ * stream (NULL: a new one is needed; the entry is then held busy). *epoch gets the cache's
+ * epoch now. */
+static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned long long ctx_id,
+                                  const uint64_t *sig, size_t nsig, CUstream stream,
+                                  struct gexec **x, uint64_t *epoch)
+{
+    pthread_mutex_lock(&cache_lock);
+    st_launches++;
+    struct gentry *e = known && *epoch == cache_epoch ? known : lookup(hash, ctx_id, sig, nsig);
+    *x = NULL;
+    if (e) {
+        st_hits++;
+        if (e != lru_head) {
+            lru_unlink(e);
+            lru_front(e);
+        }
+        atomic_fetch_add(&e->busy, 1);
+        *x = exec_pick(e, stream);
+    } else {
+        st_misses++;
+    }
+    *epoch = cache_epoch;
+    pthread_mutex_unlock(&cache_lock);
+    return e;
+}
+
+/* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
+ * that one, handing its graph to *graph when graph is not NULL) and claims an exec. */
+static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgraph *graph,
+                                    struct gexec **x, uint64_t *epoch)
+{
+    pthread_mutex_lock(&cache_lock);
+    cache_entries++;
+    cache_bytes += fresh->bytes + exec_bytes(fresh, fresh->execs[0]);
+    cache_execs++;
+    struct gentry *e = lookup(fresh->hash, fresh->ctx_id, fresh->sig, fresh->nsig);
+    if (!e) {
+        e = fresh;
+        e->hnext = buckets[e->hash % BUCKETS];
+        buckets[e->hash % BUCKETS] = e;
+        lru_front(e);
+    } else {
+        if (graph) {
+            *graph = fresh->graph;
+            fresh->graph = NULL;
+        }
+        entry_free(fresh);
+    }
+    atomic_fetch_add(&e->busy, 1);
+    *x = exec_pick(e, stream);
+    evict(); /* never this entry: it is busy */
+    *epoch = cache_epoch;
+    pthread_mutex_unlock(&cache_lock);
+    return e;
+}
+
+/* A new exec for a launch that found none free (of graph, or of e's template graph), busy;
+ * *one_off when the entry is at CUPOOL_GRAPH_EXECS_MAX (then used once and destroyed). On
+ * failure the entry is released. */
+static CUresult exec_add(struct gentry *e, CUgraph graph, struct gexec **x, bool *one_off)
+{
+    CUresult r = exec_new_of(e, graph, x);
+    pthread_mutex_lock(&cache_lock);
+    if (r == CUDA_SUCCESS) {
+        atomic_store(&(*x)->busy, true);
+        cache_bytes += exec_bytes(e, *x);
+        cache_execs++;
+        *one_off = !(e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max);
+        if (!*one_off)
+            e->execs[e->nexecs++] = *x;
+    } else {
+        atomic_fetch_sub(&e->busy, 1);
+    }
+    pthread_mutex_unlock(&cache_lock);
+    return r;
+}
+
+/* Launches x on stream and, for an entry serving several streams, records its completion.
+ * *recorded says whether the completion event now stands for this launch. */
+static CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream, bool *recorded)
+{
+    *recorded = false;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuGraphLaunch failed");
+    if (atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED)) {
+        if (!x->done)
+            CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
+        *recorded =
+            x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+    }
+    return CUDA_SUCCESS;
+}
+
+static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
+{
+    if (inst)
+        atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
+    if (failures)
+        atomic_fetch_add_explicit(&st_update_failures, failures, CUPOOL_RELAXED);
+    if (updated) {
+        atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(&st_nodes_updated, updated, CUPOOL_RELAXED);
+    }
+}
+
 /* Releases an exec after a launch: it stays in its entry (keep) or is dropped. */
 static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
                       bool launched, bool recorded)
@@ -1159,29 +1263,11 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     uint64_t hash = p->last_hash;
     size_t nsig = p->last_nsig;
 
-    uint64_t inst = 0, failures = 0;
-    pthread_mutex_lock(&cache_lock);
-    st_launches++;
-    struct gentry *e = p->last_entry && p->last_epoch == cache_epoch && p->last_ctx_id == ctx_id
-                           ? p->last_entry
-                           : lookup(hash, ctx_id, p->sig, nsig);
-    struct gexec *x = NULL;
-    if (e) {
-        st_hits++;
-        if (e != lru_head) {
-            lru_unlink(e);
-            lru_front(e);
-        }
-        atomic_fetch_add(&e->busy, 1);
-        x = exec_pick(e, stream);
-        p->last_entry = e;
-        p->last_epoch = cache_epoch;
-        p->last_ctx_id = ctx_id;
-    } else {
-        st_misses++;
-    }
-    pthread_mutex_unlock(&cache_lock);
-
+    uint64_t inst = 0, failures = 0, epoch = p->last_epoch;
+    struct gexec *x;
+    /* the entry the last launch used, while the cache's epoch holds (checked under its lock) */
+    struct gentry *known = p->last_ctx_id == ctx_id ? p->last_entry : NULL;
+    struct gentry *e = entry_claim(known, hash, ctx_id, p->sig, nsig, stream, &x, &epoch);
     if (!e) {
         CUcontext ctx = NULL;
         r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
@@ -1192,48 +1278,19 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         if (r != CUDA_SUCCESS)
             return r;
         inst++;
-        pthread_mutex_lock(&cache_lock);
-        cache_entries++;
-        cache_bytes += fresh->bytes + exec_bytes(fresh, fresh->execs[0]);
-        cache_execs++;
-        e = lookup(hash, ctx_id, p->sig, nsig);
-        if (!e) {
-            e = fresh;
-            e->hnext = buckets[hash % BUCKETS];
-            buckets[hash % BUCKETS] = e;
-            lru_front(e);
-        } else {
-            entry_free(fresh); /* another thread cached it meanwhile: use that entry */
-        }
-        atomic_fetch_add(&e->busy, 1);
-        x = exec_pick(e, stream);
-        evict(); /* never this entry: it is busy */
-        p->last_entry = e;
-        p->last_epoch = cache_epoch;
-        p->last_ctx_id = ctx_id;
-        pthread_mutex_unlock(&cache_lock);
+        e = entry_publish(fresh, stream, NULL, &x, &epoch);
     }
+    p->last_entry = e;
+    p->last_epoch = epoch;
+    p->last_ctx_id = ctx_id;
     bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
     if (!x) {
-        r = exec_new(e, &x);
-        pthread_mutex_lock(&cache_lock);
-        if (r == CUDA_SUCCESS) {
-            inst++;
-            atomic_store(&x->busy, true);
-            cache_bytes += exec_bytes(e, x);
-            cache_execs++;
-            if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
-                e->execs[e->nexecs++] = x;
-            else
-                one_off = true;
-        } else {
-            atomic_fetch_sub(&e->busy, 1);
-        }
-        pthread_mutex_unlock(&cache_lock);
+        r = exec_add(e, NULL, &x, &one_off);
         if (r != CUDA_SUCCESS) {
-            atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
+            count_launch(inst, 0, 0);
             return r;
         }
+        inst++;
     }
 
     uint64_t updated = 0;
@@ -1258,12 +1315,10 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
             x->exec = NULL;
         }
     }
-    bool launched = false;
+    bool launched = false, recorded = false;
     if (r == CUDA_SUCCESS) {
-        r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+        r = exec_launch(e, x, stream, &recorded);
         launched = r == CUDA_SUCCESS;
-        if (!launched)
-            cupool__fail(r, "cuGraphLaunch failed");
     } else {
         /* the exec is unusable: this launch goes node by node */
         r = eager_supported() ? eager_launch(p, stream) : r;
@@ -1272,26 +1327,13 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
             x->exec = NULL;
         }
     }
-    bool recorded = false;
-    if (launched && e->multi_stream) {
-        if (!x->done)
-            CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
-        recorded = x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
-    }
     /* the exec now holds the pipeline's parameters (unless they were already its own) */
     bool keep = !one_off && x->exec != NULL && (unchanged || snapshot(x, p));
     if (keep) {
         x->snap_owner = p;
         x->snap_gen = p->gen;
     }
-    if (inst)
-        atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
-    if (failures)
-        atomic_fetch_add_explicit(&st_update_failures, failures, CUPOOL_RELAXED);
-    if (updated) {
-        atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
-        atomic_fetch_add_explicit(&st_nodes_updated, updated, CUPOOL_RELAXED);
-    }
+    count_launch(inst, failures, updated);
     exec_done(e, x, keep, stream, launched, recorded);
     return r;
 }
@@ -1443,23 +1485,10 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     uint64_t sig[2] = {CAPTURE_TAG, key};
     uint64_t hash = mix(mix(0, sig[0]), sig[1]);
 
-    pthread_mutex_lock(&cache_lock);
-    st_launches++;
-    struct gentry *e = lookup(hash, ctx_id, sig, 2);
-    struct gexec *x = NULL;
-    if (e) {
-        st_hits++;
-        lru_unlink(e);
-        lru_front(e);
-        atomic_fetch_add(&e->busy, 1);
-        x = exec_pick(e, stream);
-    } else {
-        st_misses++;
-    }
-    pthread_mutex_unlock(&cache_lock);
-
+    uint64_t epoch = 0, inst = 0;
+    struct gexec *x;
+    struct gentry *e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
     CUgraph fresh_graph = NULL;
-    uint64_t inst = 0;
     if (!e) {
         r = capture(stream, fn, user_data, &fresh_graph);
         if (r != CUDA_SUCCESS)
@@ -1490,29 +1519,10 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         ne->execs[0] = nx;
         ne->nexecs = 1;
         ne->bytes = sizeof(*ne) + sizeof(sig) + 16 * DRIVER_BYTES_PER_NODE;
-        pthread_mutex_lock(&cache_lock);
-        cache_entries++;
-        cache_bytes += ne->bytes + exec_bytes(ne, nx);
-        cache_execs++;
-        e = lookup(hash, ctx_id, sig, 2);
-        if (!e) {
-            e = ne;
-            e->hnext = buckets[hash % BUCKETS];
-            buckets[hash % BUCKETS] = e;
-            lru_front(e);
-        } else {
-            /* another thread cached this key meanwhile: use its entry; with
-             * CUPOOL_CAPTURE_UPDATE this call's capture still updates the exec it gets */
-            if (flags & CUPOOL_CAPTURE_UPDATE) {
-                fresh_graph = ne->graph;
-                ne->graph = NULL;
-            }
-            entry_free(ne);
-        }
-        atomic_fetch_add(&e->busy, 1);
-        x = exec_pick(e, stream);
-        evict();
-        pthread_mutex_unlock(&cache_lock);
+        /* if another thread cached this key meanwhile, CUPOOL_CAPTURE_UPDATE still updates
+         * the exec this call gets with this call's capture */
+        e = entry_publish(ne, stream, (flags & CUPOOL_CAPTURE_UPDATE) ? &fresh_graph : NULL, &x,
+                          &epoch);
     } else if (flags & CUPOOL_CAPTURE_UPDATE) {
         r = capture(stream, fn, user_data, &fresh_graph);
         if (r != CUDA_SUCCESS) {
@@ -1526,31 +1536,15 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     bool one_off = false;
     if (!x) {
         /* a new exec: from this call's capture when there is one (no update needed) */
-        r = exec_new_of(e, fresh_graph, &x);
-        pthread_mutex_lock(&cache_lock);
-        if (r == CUDA_SUCCESS) {
-            inst++;
-            atomic_store(&x->busy, true);
-            cache_bytes += exec_bytes(e, x);
-            cache_execs++;
-            if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
-                e->execs[e->nexecs++] = x;
-            else
-                one_off = true;
-        } else {
-            atomic_fetch_sub(&e->busy, 1);
-        }
-        pthread_mutex_unlock(&cache_lock);
+        r = exec_add(e, fresh_graph, &x, &one_off);
+        if (fresh_graph)
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+        fresh_graph = NULL;
         if (r != CUDA_SUCCESS) {
-            if (fresh_graph)
-                CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
-            atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
+            count_launch(inst, 0, 0);
             return r;
         }
-        if (fresh_graph) {
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
-            fresh_graph = NULL;
-        }
+        inst++;
     }
     uint64_t failures = 0;
     if (fresh_graph) {
@@ -1571,25 +1565,14 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         }
         CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
     }
-    bool launched = false;
+    bool launched = false, recorded = false;
     if (r == CUDA_SUCCESS && x->exec) {
-        r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+        r = exec_launch(e, x, stream, &recorded);
         launched = r == CUDA_SUCCESS;
-        if (!launched)
-            cupool__fail(r, "cuGraphLaunch failed");
     } else if (r != CUDA_SUCCESS) {
         cupool__fail(r, "instantiating a captured graph failed");
     }
-    bool recorded = false;
-    if (launched && e->multi_stream) {
-        if (!x->done)
-            CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
-        recorded = x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
-    }
-    if (inst)
-        atomic_fetch_add_explicit(&st_inst, inst, CUPOOL_RELAXED);
-    if (failures)
-        atomic_fetch_add_explicit(&st_update_failures, failures, CUPOOL_RELAXED);
+    count_launch(inst, failures, 0);
     exec_done(e, x, !one_off && x->exec != NULL, stream, launched, recorded);
     return r;
 }
