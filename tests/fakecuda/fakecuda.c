@@ -797,6 +797,40 @@ static struct fc_op *op_new(enum op_kind kind)
     return op;
 }
 
+/* The operations a memset, a copy and a host function queue (or a graph node templates). */
+static struct fc_op *memset_op_new(void *dst, unsigned value, size_t elem, size_t count)
+{
+    struct fc_op *op = op_new(OP_MEMSET);
+    if (op) {
+        op->u.set.dst = dst;
+        op->u.set.value = value;
+        op->u.set.elem = elem;
+        op->u.set.count = count;
+    }
+    return op;
+}
+
+static struct fc_op *copy_op_new(void *dst, const void *src, size_t n)
+{
+    struct fc_op *op = op_new(OP_COPY);
+    if (op) {
+        op->u.copy.dst = dst;
+        op->u.copy.src = src;
+        op->u.copy.n = n;
+    }
+    return op;
+}
+
+static struct fc_op *host_op_new(CUhostFn fn, void *data)
+{
+    struct fc_op *op = op_new(OP_HOSTFN);
+    if (op) {
+        op->u.host.fn = fn;
+        op->u.host.data = data;
+    }
+    return op;
+}
+
 static void op_free(struct fc_op *op)
 {
     switch (op->kind) {
@@ -1869,11 +1903,9 @@ CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
     CUresult r = get_stream(hStream, &s, 1);
     if (r != CUDA_SUCCESS)
         return leave(r);
-    struct fc_op *op = op_new(OP_HOSTFN);
+    struct fc_op *op = host_op_new(fn, userData);
     if (!op)
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
-    op->u.host.fn = fn;
-    op->u.host.data = userData;
     return leave(submit(s, op, 0));
 }
 
@@ -2310,12 +2342,9 @@ static CUresult memcpy_async(void *dst, const void *src, size_t n, uintptr_t dev
         return r;
     if (!dst || !src || !find_alloc(dev, n, NULL))
         return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op = op_new(OP_COPY);
+    struct fc_op *op = copy_op_new(dst, src, n);
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    op->u.copy.dst = dst;
-    op->u.copy.src = src;
-    op->u.copy.n = n;
     return submit(s, op, 0);
 }
 
@@ -2385,13 +2414,9 @@ static CUresult memset_async(CUdeviceptr dst, unsigned value, size_t elem, size_
     r = memset_check(dst, elem, n);
     if (r != CUDA_SUCCESS)
         return r;
-    struct fc_op *op = op_new(OP_MEMSET);
+    struct fc_op *op = memset_op_new((void *)(uintptr_t)dst, value, elem, n);
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    op->u.set.dst = (unsigned char *)(uintptr_t)dst;
-    op->u.set.value = value;
-    op->u.set.elem = elem;
-    op->u.set.count = n;
     return submit(s, op, 0);
 }
 
@@ -2814,15 +2839,8 @@ static CUresult memset_node_op(const CUDA_MEMSET_NODE_PARAMS *p, struct fc_op **
     CUresult r = memset_check(p->dst, p->elementSize, p->width);
     if (r != CUDA_SUCCESS)
         return r;
-    struct fc_op *op = op_new(OP_MEMSET);
-    if (!op)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    op->u.set.dst = (unsigned char *)(uintptr_t)p->dst;
-    op->u.set.value = p->value;
-    op->u.set.elem = p->elementSize;
-    op->u.set.count = p->width;
-    *out = op;
-    return CUDA_SUCCESS;
+    *out = memset_op_new((void *)(uintptr_t)p->dst, p->value, p->elementSize, p->width);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -2854,14 +2872,8 @@ static CUresult memcpy_node_op(const CUDA_MEMCPY3D *p, struct fc_op **out)
     void *dst = p->dstMemoryType == CU_MEMORYTYPE_HOST ? p->dstHost : (void *)(uintptr_t)p->dstDevice;
     if (!src || !dst)
         return CUDA_ERROR_INVALID_VALUE;
-    struct fc_op *op = op_new(OP_COPY);
-    if (!op)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    op->u.copy.dst = dst;
-    op->u.copy.src = src;
-    op->u.copy.n = p->WidthInBytes;
-    *out = op;
-    return CUDA_SUCCESS;
+    *out = copy_op_new(dst, src, p->WidthInBytes);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
@@ -2892,11 +2904,9 @@ CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return leave(r);
-    struct fc_op *op = op_new(OP_HOSTFN);
+    struct fc_op *op = host_op_new(nodeParams->fn, nodeParams->userData);
     if (!op)
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
-    op->u.host.fn = nodeParams->fn;
-    op->u.host.data = nodeParams->userData;
     return leave(node_add(g, CU_GRAPH_NODE_TYPE_HOST, op, NULL, dependencies, numDependencies,
                           phGraphNode));
 }
@@ -3365,11 +3375,9 @@ CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNod
     ENTER(cuGraphExecHostNodeSetParams, 1);
     if (!nodeParams || !nodeParams->fn)
         return leave(CUDA_ERROR_INVALID_VALUE);
-    struct fc_op *op = op_new(OP_HOSTFN);
+    struct fc_op *op = host_op_new(nodeParams->fn, nodeParams->userData);
     if (!op)
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
-    op->u.host.fn = nodeParams->fn;
-    op->u.host.data = nodeParams->userData;
     return leave(exec_set(hGraphExec, hNode, CU_GRAPH_NODE_TYPE_HOST, op));
 }
 
