@@ -180,3 +180,29 @@ int tu_run(Suite *s)
     srunner_free(sr);
     return failed ? 1 : 0;
 }
+
+void tu_trim_leaves_nothing(void)
+{
+    cupool_class_stats_t st[64];
+    size_t n = 0;
+    TU_OK(cupool_trim());
+    TU_OK(cupool_stats_get(st, 64, &n));
+    for (size_t i = 0; i < n && i < 64; i++)
+        ck_assert_uint_eq(st[i].idle, 0);
+    if (tu_fake.present) {
+        ck_assert_int_eq(tu_fake.live_streams(), 0);
+        ck_assert_int_eq(tu_fake.live_events(), 0);
+    }
+}
+
+int tu_lines_with(const char *path, const char *needle)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot read %s", path);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}

@@ -100,6 +100,13 @@ cupool_class_stats_t tu_stats(cupool_kind_t kind, unsigned int flags);
 /* Number of classes. */
 size_t tu_class_count(void);
 
+/* cupool_trim(), then no class holds an idle handle and (simulated driver) no stream or event
+ * is alive. */
+void tu_trim_leaves_nothing(void);
+
+/* Lines of the file at path that contain needle; fails the test if it cannot be read. */
+int tu_lines_with(const char *path, const char *needle);
+
 /*
  * Runs a suite the way every test program does: honours CUPOOLTEST_REAL=1 (set by
  * tests/real-driver.sh) by first checking, in a child process, that a GPU answers, and
