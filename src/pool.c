@@ -227,12 +227,6 @@ static void class_mark_dead(struct cupool__class *cls)
                     cls->ctx_id, cls->ops->name);
 }
 
-static bool driver_usable(void)
-{
-    int st = cupool__state_now();
-    return st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH ||
-           (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED));
-}
 
 /* Errors after which a context is unusable for good: those cuda.h says leave the context or
  * process "in an inconsistent state" (the driver's sticky errors), and a destroyed context. */
@@ -271,26 +265,39 @@ enum ctx_state { CTX_ALIVE, CTX_GONE, CTX_UNKNOWN };
  * the class. Any other error is taken as transient:
  * CTX_UNKNOWN, *err set, and the caller keeps every handle as it is.
  */
+int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err)
+{
+    if (!cupool__driver_callable()) {
+        *err = CUDA_ERROR_DEINITIALIZED;
+        return -1;
+    }
+    unsigned long long id = 0;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id));
+    if (r == CUDA_SUCCESS && id == ctx_id)
+        return 1;
+    /* a new id, the driver's verdict, or a sticky error: nothing of it is usable again */
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_CONTEXT || error_is_sticky(r))
+        return 0;
+    *err = r;
+    return -1;
+}
+
 static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
 {
     if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
         return CTX_GONE;
-    if (!driver_usable()) {
-        *err = CUDA_ERROR_DEINITIALIZED;
-        return CTX_UNKNOWN;
-    }
-    unsigned long long id = 0;
-    CUresult r = (CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id)));
-    if (r == CUDA_SUCCESS && id == cls->ctx_id)
+    switch (cupool__ctx_verdict(cls->ctx, cls->ctx_id, err)) {
+    case 1:
         return CTX_ALIVE;
-    if (r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_CONTEXT || error_is_sticky(r)) {
-        /* a new id, the driver's verdict, or a sticky error: no handle of it is usable again */
+    case 0:
         class_mark_dead(cls);
         return CTX_GONE;
+    default:
+        if (*err != CUDA_ERROR_DEINITIALIZED)
+            *err = cupool__fail(*err, "checking context %llu of a %s pool failed", cls->ctx_id,
+                                cls->ops->name);
+        return CTX_UNKNOWN;
     }
-    *err = cupool__fail(r, "checking context %llu of a %s pool failed", cls->ctx_id,
-                        cls->ops->name);
-    return CTX_UNKNOWN;
 }
 
 /* Forgets a handle without a driver call (its context is gone, or it is broken). */

@@ -125,6 +125,15 @@ static inline void cupool__drv_end(_Atomic uint32_t *c)
         atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
 }
 
+/* May this thread call the driver now? In RUNNING or PASSTHROUGH, or as the thread closing
+ * the library while the driver has not said it is gone. */
+static inline bool cupool__driver_callable(void)
+{
+    int st = cupool__state_now();
+    return CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) ||
+           (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED));
+}
+
 /* Marks a driver call in flight; NULL when the driver may not be called any more (exit,
  * unload, fork, driver torn down). */
 static inline _Atomic uint32_t *cupool__drv_begin(void)
@@ -139,9 +148,7 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
         c = &cupool__drv_anon;
         atomic_fetch_add(c, 1);
     }
-    int st = cupool__state_now();
-    if (CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) ||
-        (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED)))
+    if (CUPOOL_LIKELY(cupool__driver_callable()))
         return c;
     cupool__drv_end(c);
     return NULL;
@@ -197,6 +204,11 @@ void cupool__pool_quiesce(void);
  * calling thread's and the depots' (exit: other threads may still be running). Handles of
  * contexts that are gone are forgotten without a driver call. */
 void cupool__pool_close(bool all_threads);
+
+/* Is ctx still the context whose id was ctx_id? 1: yes; 0: gone (another id now, destroyed,
+ * broken by a sticky error); -1: unknown (*err: another driver error, or DEINITIALIZED when
+ * the driver may not be called). One cuCtxGetId(ctx). */
+int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err);
 
 /* Destroys cached pipeline graphs (pipeline.c); the caller is the closer. all_threads
  * (unload): every one; otherwise (exit) those no launch is using. */
