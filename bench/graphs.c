@@ -12,7 +12,8 @@
  * "host" is the CPU time of the launch call(s) alone, each launch followed by an untimed
  * cuStreamSynchronize so the launch queue never fills (with thousands of back-to-back
  * launches the host ends up waiting for the GPU, which hides the cost being measured);
- * "end to end" is launch plus synchronisation. Figures are medians of per-launch times.
+ * "end to end" is launch plus synchronisation. Figures are medians of per-launch times; the
+ * ways take turns launch by launch (each on its own stream), so drift affects them alike.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
  */
@@ -91,71 +92,115 @@ static void describe(cupool_pipeline_t p, int n, unsigned base)
     }
 }
 
-/* Per-launch host and end-to-end times (ns, medians over iters) of one way. */
-static void time_way(enum way w, int n, int iters, CUstream s, double *host, double *e2e)
+/* One way of launching, with its own stream (so the cupool ways, which share a signature,
+ * each keep an exec of their own, as separate services would). */
+struct way_run {
+    enum way w;
+    int n;
+    CUstream s;
+    CUgraph graph;
+    CUgraphExec exec;
+    cupool_pipeline_t p;
+    double *h, *e; /* per-launch host and end-to-end ns */
+};
+
+static unsigned one = 1;
+static void *one_args[] = {&counter, &one};
+
+static void way_setup(struct way_run *r, enum way w, int n, int iters)
 {
-    double *h = malloc(sizeof(double) * (size_t)iters), *e = malloc(sizeof(double) * (size_t)iters);
-    CUgraph graph = NULL;
-    CUgraphExec exec = NULL;
-    cupool_pipeline_t p = NULL;
-    unsigned one = 1;
-    void *args[] = {&counter, &one};
+    memset(r, 0, sizeof(*r));
+    r->w = w;
+    r->n = n;
+    r->h = malloc(sizeof(double) * (size_t)iters);
+    r->e = malloc(sizeof(double) * (size_t)iters);
+    check("stream", g.cuStreamCreate(&r->s, CU_STREAM_NON_BLOCKING));
     if (w == W_FLOOR) {
         CUgraphNode nodes[64];
         CUDA_KERNEL_NODE_PARAMS kp;
         memset(&kp, 0, sizeof kp);
         kp.func = add_u32;
         kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
-        kp.kernelParams = args;
-        check("cuGraphCreate", g.cuGraphCreate(&graph, 0));
+        kp.kernelParams = one_args;
+        check("cuGraphCreate", g.cuGraphCreate(&r->graph, 0));
         for (int i = 0; i < n; i++)
-            check("cuGraphAddKernelNode",
-                  g.cuGraphAddKernelNode(&nodes[i], graph, i ? &nodes[i - 1] : NULL, i ? 1 : 0, &kp));
-        check("instantiate", g.cuGraphInstantiateWithFlags(&exec, graph, 0));
+            check("cuGraphAddKernelNode", g.cuGraphAddKernelNode(&nodes[i], r->graph,
+                                                                 i ? &nodes[i - 1] : NULL,
+                                                                 i ? 1 : 0, &kp));
+        check("instantiate", g.cuGraphInstantiateWithFlags(&r->exec, r->graph, 0));
     } else if (w != W_EAGER) {
-        check("pipeline", cupool_pipeline_create(&p));
-        describe(p, n, 1);
-        check("warm launch", cupool_pipeline_launch(p, s));
+        check("pipeline", cupool_pipeline_create(&r->p));
+        describe(r->p, n, 1);
+        check("warm launch", cupool_pipeline_launch(r->p, r->s));
+        check("sync", g.cuStreamSynchronize(r->s));
     }
-    for (int it = -3; it < iters; it++) { /* three untimed warm-up launches */
-        if (w == W_HIT_CHANGED)
-            describe(p, n, it % 2 ? 1 : 1000); /* every argument differs from the last launch */
-        if (w == W_MISS)
-            check("cupool_trim", cupool_trim()); /* drops the cached graph: the next is a miss */
-        double t0 = now_ns();
-        switch (w) {
-        case W_EAGER:
-            for (int i = 0; i < n; i++)
-                check("cuLaunchKernel", g.cuLaunchKernel(add_u32, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
-            break;
-        case W_FLOOR:
-            check("cuGraphLaunch", g.cuGraphLaunch(exec, s));
-            break;
-        case W_DESCRIBE:
-            describe(p, n, 1);
-            /* fall through */
-        default:
-            check("cupool_pipeline_launch", cupool_pipeline_launch(p, s));
-            break;
-        }
-        double t1 = now_ns();
-        check("sync", g.cuStreamSynchronize(s));
-        double t2 = now_ns();
-        if (it >= 0) {
-            h[it] = t1 - t0;
-            e[it] = t2 - t0;
-        }
+}
+
+/* One timed launch (it < 0: a warm-up, not recorded). */
+static void way_step(struct way_run *r, int it)
+{
+    if (r->w == W_HIT_CHANGED)
+        describe(r->p, r->n, it % 2 ? 1 : 1000); /* every argument differs from the last launch */
+    if (r->w == W_MISS)
+        check("cupool_trim", cupool_trim()); /* drops the cached graph: the next is a miss */
+    double t0 = now_ns();
+    switch (r->w) {
+    case W_EAGER:
+        for (int i = 0; i < r->n; i++)
+            check("cuLaunchKernel",
+                  g.cuLaunchKernel(add_u32, 1, 1, 1, 1, 1, 1, 0, r->s, one_args, NULL));
+        break;
+    case W_FLOOR:
+        check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
+        break;
+    case W_DESCRIBE:
+        describe(r->p, r->n, 1);
+        /* fall through */
+    default:
+        check("cupool_pipeline_launch", cupool_pipeline_launch(r->p, r->s));
+        break;
     }
-    *host = median(h, iters);
-    *e2e = median(e, iters);
-    if (exec)
-        g.cuGraphExecDestroy(exec);
-    if (graph)
-        g.cuGraphDestroy(graph);
-    if (p)
-        cupool_pipeline_destroy(p);
-    free(h);
-    free(e);
+    double t1 = now_ns();
+    check("sync", g.cuStreamSynchronize(r->s));
+    double t2 = now_ns();
+    if (it >= 0) {
+        r->h[it] = t1 - t0;
+        r->e[it] = t2 - t0;
+    }
+}
+
+static void way_finish(struct way_run *r, int iters, double *host, double *e2e)
+{
+    *host = median(r->h, iters);
+    *e2e = median(r->e, iters);
+    if (r->exec)
+        g.cuGraphExecDestroy(r->exec);
+    if (r->graph)
+        g.cuGraphDestroy(r->graph);
+    if (r->p)
+        cupool_pipeline_destroy(r->p);
+    free(r->h);
+    free(r->e);
+}
+
+/* Per-launch host and end-to-end times (ns, medians) of every way for pipelines of n kernels.
+ * The ways other than the miss take turns launch by launch, in a rotating order, so that a
+ * drift in clocks or load affects them alike; the miss (which empties the cache) runs alone. */
+static void time_ways(int n, int iters, double *host, double *e2e)
+{
+    struct way_run r[W_COUNT];
+    for (int w = 0; w < W_MISS; w++)
+        way_setup(&r[w], (enum way)w, n, iters);
+    for (int it = -3; it < iters; it++) /* three untimed warm-up rounds */
+        for (int k = 0; k < W_MISS; k++)
+            way_step(&r[(k + (it + 3)) % W_MISS], it);
+    for (int w = 0; w < W_MISS; w++)
+        way_finish(&r[w], iters, &host[w], &e2e[w]);
+    int miss_iters = iters / 10 + 5;
+    way_setup(&r[W_MISS], W_MISS, n, miss_iters);
+    for (int it = -3; it < miss_iters; it++)
+        way_step(&r[W_MISS], it);
+    way_finish(&r[W_MISS], miss_iters, &host[W_MISS], &e2e[W_MISS]);
 }
 
 /* ---- concurrency: one signature on several streams ---- */
@@ -229,15 +274,11 @@ int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
     check("add_u32", g.cuModuleGetFunction(&add_u32, mod, "add_u32"));
     check("spin", g.cuModuleGetFunction(&spin, mod, "spin"));
     check("alloc", g.cuMemAlloc(&counter, 4));
-    CUstream s;
-    check("stream", g.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
     static const int sizes[3] = {1, 10, 50};
     double host[3][W_COUNT], e2e[3][W_COUNT];
     for (int i = 0; i < 3; i++)
-        for (int w = 0; w < W_COUNT; w++)
-            time_way((enum way)w, sizes[i], w == W_MISS ? iters / 10 + 5 : iters, s,
-                     &host[i][w], &e2e[i][w]);
+        time_ways(sizes[i], iters, host[i], e2e[i]);
     printf("\ngraphs: pipelines of N tiny kernels, us per launch (median of %d)%s\n", iters, label);
     printf("%-13s", "host");
     for (int i = 0; i < 3; i++)

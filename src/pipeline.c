@@ -11,12 +11,18 @@
  * the nodes that differ.
  *
  * An exec is reused on the stream that launched it last, or once its last launch finished.
- * "Finished" needs an event recorded after each launch; recording costs a driver call, so an
- * entry records events only once it has been launched on two streams (most entries never
- * are). Until then a launch on a new stream gets an exec of its own.
+ * A launch on a new stream gets an exec of its own until the entry has
+ * CUPOOL_GRAPH_EXECS_MAX; only then are execs shared among streams. "Finished" needs an event
+ * recorded after each launch, a driver call, so an entry records events only from then on
+ * (most entries never do).
  *
  * The cache is one table under one mutex, held for lookups and exec selection, never across
- * an instantiation or a launch.
+ * an instantiation or a launch. A repeat launch skips it: each thread keeps, per signature
+ * hash, the entry and exec it launched last (its slots in the thread cache), and claims them
+ * again without the lock when they are unchanged and the exec is free and was last launched
+ * on the same stream (fast_claim). That claim may touch an entry or exec just freed, so both
+ * are type-stable: freed ones wait on free lists for reuse, and their memory goes back only
+ * in cupool_trim(), after a grace period, or at unload.
  */
 #include "internal.h"
 #include "alloc.h"
@@ -511,11 +517,17 @@ static size_t signature(struct cupool_pipeline *p, uint64_t *hash)
 /* ---- the cache ---- */
 
 struct gexec {
+    /* Ownership: whoever turns it from false to true (compare-and-swap) owns the exec and
+     * alone may read or change the fields below, or free it. A free exec stays true. Never
+     * reset: first in the struct, so recycling clears everything after it. */
+    _Atomic bool busy;
+    struct gentry *entry; /* its entry, and a serial new at each (re)use of the struct */
+    uint64_t serial;
+    struct gexec *free_next;
     CUgraphExec exec;
     CUstream last_stream; /* compared only, never passed to the driver again */
     CUevent done;         /* recorded after each launch once the entry is multi-stream */
     bool launched, done_valid;
-    _Atomic bool busy; /* a launch is using it (set under the cache lock, cleared without) */
     /* The description its snapshot equals, as (pipeline, generation): a relaunch of an
      * untouched pipeline on this exec skips the comparison. */
     const struct cupool_pipeline *snap_owner;
@@ -528,6 +540,13 @@ struct gexec {
 #define EXECS_LIMIT 64
 
 struct gentry {
+    /* Launches using the entry now: it is not evicted meanwhile. Only ever added to and
+     * subtracted from (a lock-free claim may pin an entry just freed, see fast_claim): first
+     * in the struct, so recycling clears everything after it. */
+    _Atomic int busy;
+    _Atomic uint64_t last_use; /* cache_clock when last launched: eviction order */
+    uint64_t evict_pass;       /* the eviction pass that last failed to evict it */
+    struct gentry *free_next;
     uint64_t hash;
     unsigned long long ctx_id;
     CUcontext ctx;
@@ -541,48 +560,141 @@ struct gentry {
     size_t tmpl_alen;
     struct gexec *execs[EXECS_LIMIT];
     int nexecs;
-    _Atomic int busy; /* launches using the entry now: it is not evicted meanwhile */
     _Atomic bool multi_stream; /* set under the lock, read without */
     size_t bytes;
-    struct gentry *hnext, *lru_prev, *lru_next;
+    struct gentry *hnext, *prev, *next; /* hash chain; list of all entries */
 };
 
 #define BUCKETS 1024
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gentry *buckets[BUCKETS];
-static struct gentry *lru_head, *lru_tail;
+static struct gentry *entries_head; /* every cached entry */
 static size_t cache_entries, cache_bytes, cache_execs;
+static struct gentry *free_entries; /* type-stable structs for reuse (cache lock) */
+static struct gexec *free_execs;
+static _Atomic uint64_t exec_serial;
+/* Bumped whenever an entry is freed, and before each eviction attempt reads an entry's busy
+ * count (sequentially consistent, against fast_claim's pin-then-check: a Dekker handshake). */
+static _Atomic uint64_t cache_epoch;
+/* Ticks only when the most recently launched entry changes: last_use stamps (exact LRU order
+ * without a shared write per launch). */
+static _Atomic uint64_t cache_clock = 1; /* a new entry's last_use, 0, is older */
 
 /* counters: the first four under cache_lock (a launch takes it anyway), the rest atomic,
  * added to only when non-zero */
 static uint64_t st_launches, st_hits, st_misses, st_evictions;
 static _Atomic uint64_t st_inst, st_updates, st_nodes_updated, st_update_failures, st_eager;
-static uint64_t cache_epoch; /* bumped whenever an entry is freed (under cache_lock) */
 
 #define DRIVER_BYTES_PER_NODE 1024 /* an estimate of the driver's memory per node and exec */
 
-static void lru_unlink(struct gentry *e)
+static void list_unlink(struct gentry *e)
 {
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
+    if (e->prev)
+        e->prev->next = e->next;
     else
-        lru_head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
-    else
-        lru_tail = e->lru_prev;
-    e->lru_prev = e->lru_next = NULL;
+        entries_head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    e->prev = e->next = NULL;
 }
 
-static void lru_front(struct gentry *e)
+static void list_push(struct gentry *e)
 {
-    e->lru_next = lru_head;
-    e->lru_prev = NULL;
-    if (lru_head)
-        lru_head->lru_prev = e;
-    lru_head = e;
-    if (!lru_tail)
-        lru_tail = e;
+    e->next = entries_head;
+    e->prev = NULL;
+    if (entries_head)
+        entries_head->prev = e;
+    entries_head = e;
+}
+
+/* Stamps e as the most recently launched entry. A shared write only when it was not already. */
+static inline void entry_touch(struct gentry *e)
+{
+    uint64_t now = atomic_load_explicit(&cache_clock, CUPOOL_RELAXED);
+    if (atomic_load_explicit(&e->last_use, CUPOOL_RELAXED) != now)
+        atomic_store_explicit(&e->last_use,
+                              atomic_fetch_add_explicit(&cache_clock, 1, CUPOOL_RELAXED) + 1,
+                              CUPOOL_RELAXED);
+}
+
+/* Takes ownership of an exec (see struct gexec). */
+static inline bool exec_own(struct gexec *x)
+{
+    bool idle = false;
+    return atomic_compare_exchange_strong_explicit(&x->busy, &idle, true, CUPOOL_ACQUIRE,
+                                                   CUPOOL_RELAXED);
+}
+
+static inline void exec_disown(struct gexec *x)
+{
+    atomic_store_explicit(&x->busy, false, CUPOOL_RELEASE);
+}
+
+/* ---- type-stable structs ---- */
+
+#define ENTRY_KEEP offsetof(struct gentry, last_use) /* busy is never cleared */
+#define EXEC_KEEP offsetof(struct gexec, entry)
+
+static struct gentry *entry_struct_get(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    struct gentry *e = free_entries;
+    if (e)
+        free_entries = e->free_next;
+    pthread_mutex_unlock(&cache_lock);
+    if (e)
+        memset((char *)e + ENTRY_KEEP, 0, sizeof(*e) - ENTRY_KEEP);
+    else
+        e = cupool__alloc(sizeof(*e));
+    return e;
+}
+
+/* Cache lock held. */
+static void entry_struct_put(struct gentry *e)
+{
+    e->free_next = free_entries;
+    free_entries = e;
+}
+
+static void entry_struct_put_locked(struct gentry *e)
+{
+    pthread_mutex_lock(&cache_lock);
+    entry_struct_put(e);
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* An exec struct owned by the caller, with a new serial. */
+static struct gexec *exec_struct_get(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    struct gexec *x = free_execs;
+    if (x)
+        free_execs = x->free_next;
+    pthread_mutex_unlock(&cache_lock);
+    if (x) {
+        memset((char *)x + EXEC_KEEP, 0, sizeof(*x) - EXEC_KEEP); /* busy stays true */
+    } else {
+        x = cupool__alloc(sizeof(*x));
+        if (!x)
+            return NULL;
+        atomic_store_explicit(&x->busy, true, CUPOOL_RELAXED);
+    }
+    x->serial = atomic_fetch_add_explicit(&exec_serial, 1, CUPOOL_RELAXED) + 1;
+    return x;
+}
+
+/* An owned exec struct back to the free list (still busy). Cache lock held. */
+static void exec_struct_put(struct gexec *x)
+{
+    x->free_next = free_execs;
+    free_execs = x;
+}
+
+static void exec_struct_put_locked(struct gexec *x)
+{
+    pthread_mutex_lock(&cache_lock);
+    exec_struct_put(x);
+    pthread_mutex_unlock(&cache_lock);
 }
 
 static size_t exec_bytes(const struct gentry *e, const struct gexec *x)
@@ -625,13 +737,13 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
     cache_execs--;
     cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
     cupool__free(x->snap_args, x->snap_acap);
-    cupool__free(x, sizeof(*x));
+    exec_struct_put(x);
 }
 
 /* Frees an entry that is out of the table and the LRU list. Cache lock held. */
 static void entry_free_as(struct gentry *e, bool alive)
 {
-    cache_epoch++;
+    atomic_fetch_add(&cache_epoch, 1);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
     if (alive && e->graph)
@@ -642,7 +754,7 @@ static void entry_free_as(struct gentry *e, bool alive)
     cupool__free(e->gnodes, e->n * sizeof(*e->gnodes));
     cupool__free(e->tmpl, e->n * sizeof(*e->tmpl));
     cupool__free(e->tmpl_args, e->tmpl_alen + 1);
-    cupool__free(e, sizeof(*e));
+    entry_struct_put(e);
 }
 
 /* Frees an entry whose context is alive or gone (no driver call on a gone one). Lock held. */
@@ -658,21 +770,26 @@ static void entry_unlink(struct gentry *e)
         link = &(*link)->hnext;
     if (*link)
         *link = e->hnext;
-    lru_unlink(e);
+    list_unlink(e);
 }
 
 /* Evicts e unless it is busy or its context cannot be checked now (then its driver objects
  * would leak: it stays, and a later eviction tries again). Lock held. */
 static bool entry_evict(struct gentry *e)
 {
+    /* the epoch first, then the pin count: a lock-free claim pins, then checks the epoch */
+    atomic_fetch_add(&cache_epoch, 1);
     if (atomic_load(&e->busy))
         return false;
-    for (int i = 0; i < e->nexecs; i++)
-        if (atomic_load(&e->execs[i]->busy))
-            return false;
-    int st = entry_ctx_state(e);
-    if (st < 0)
+    int owned = 0; /* its execs, owned so that no claim can take one meanwhile */
+    while (owned < e->nexecs && exec_own(e->execs[owned]))
+        owned++;
+    int st = owned == e->nexecs ? entry_ctx_state(e) : -1;
+    if (st < 0) {
+        while (owned > 0)
+            exec_disown(e->execs[--owned]);
         return false;
+    }
     entry_unlink(e);
     entry_free_as(e, st == 1);
     st_evictions++;
@@ -683,12 +800,24 @@ static bool entry_evict(struct gentry *e)
 /* Evicts least recently used idle entries while the cache is over a bound. Lock held. */
 static void evict(void)
 {
-    struct gentry *e = lru_tail;
-    while (e && (cache_entries > cupool__cfg.graph_cache_entries ||
-                 cache_bytes > cupool__cfg.graph_cache_bytes)) {
-        struct gentry *prev = e->lru_prev;
-        entry_evict(e);
-        e = prev;
+    static uint64_t pass;
+    pass++;
+    while (cache_entries > cupool__cfg.graph_cache_entries ||
+           cache_bytes > cupool__cfg.graph_cache_bytes) {
+        struct gentry *victim = NULL;
+        uint64_t oldest = UINT64_MAX;
+        for (struct gentry *e = entries_head; e; e = e->next) {
+            uint64_t t = atomic_load_explicit(&e->last_use, CUPOOL_RELAXED);
+            if (e->evict_pass != pass && !atomic_load_explicit(&e->busy, CUPOOL_RELAXED) &&
+                (!victim || t < oldest)) {
+                victim = e;
+                oldest = t;
+            }
+        }
+        if (!victim)
+            return;
+        if (!entry_evict(victim))
+            victim->evict_pass = pass; /* busy after all, or its context unknown now */
     }
 }
 
@@ -742,7 +871,8 @@ static void memcpy_params(const struct pnode *n, CUDA_MEMCPY3D *cp)
 
 static bool argv_room(struct cupool_pipeline *p)
 {
-    return GROW(p->argv, p->argvcap, p->max_params ? p->max_params : 1);
+    size_t need = p->max_params ? p->max_params : 1;
+    return CUPOOL_LIKELY(p->argvcap >= need) || GROW(p->argv, p->argvcap, need);
 }
 
 /* Builds the template graph of an entry from the pipeline. Not under the cache lock. */
@@ -813,16 +943,17 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
     return CUDA_SUCCESS;
 }
 
-/* A new exec of e (of graph instead of e's template graph when given). */
+/* A new exec of e (of graph instead of e's template graph when given), owned by the caller. */
 static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
 {
-    struct gexec *x = cupool__alloc(sizeof(*x));
+    struct gexec *x = exec_struct_get();
     if (!x)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
+    x->entry = e;
     CUresult r = CUPOOL_DRV(
         cupool__drv.cuGraphInstantiateWithFlags(&x->exec, graph ? graph : e->graph, 0));
     if (r != CUDA_SUCCESS) {
-        cupool__free(x, sizeof(*x));
+        exec_struct_put_locked(x);
         return cupool__fail(r, "cuGraphInstantiateWithFlags failed");
     }
     /* its parameters are the template's */
@@ -830,7 +961,7 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
         !grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1)) {
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
         cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
-        cupool__free(x, sizeof(*x));
+        exec_struct_put_locked(x);
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     }
     if (e->n)
@@ -847,11 +978,12 @@ static CUresult exec_new(struct gentry *e, struct gexec **out)
     return exec_new_of(e, NULL, out);
 }
 
-/* A new entry for the pipeline: template graph and a first exec. Not under the lock. */
+/* A new entry for the pipeline: template graph and a first exec (owned by the caller). Not
+ * under the lock. */
 static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
                           unsigned long long ctx_id, CUcontext ctx, struct gentry **out)
 {
-    struct gentry *e = cupool__alloc(sizeof(*e));
+    struct gentry *e = entry_struct_get();
     if (!e)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
     e->hash = hash;
@@ -884,7 +1016,7 @@ static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
         cupool__free(e->gnodes, p->n * sizeof(*e->gnodes));
         cupool__free(e->tmpl, p->n * sizeof(*e->tmpl));
         cupool__free(e->tmpl_args, p->alen + 1);
-        cupool__free(e, sizeof(*e));
+        entry_struct_put_locked(e);
         return r;
     }
     e->execs[0] = x;
@@ -895,38 +1027,44 @@ static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
     return CUDA_SUCCESS;
 }
 
-/* Picks an exec for a launch on stream and marks it busy, or returns NULL when a new one is
- * needed (then *multi says the entry now serves several streams). Lock held. */
+/* Picks an exec for a launch on stream and owns it, or returns NULL when a new one is needed.
+ * Preference: one last launched on this stream, one never launched, a new one while the entry
+ * has fewer than CUPOOL_GRAPH_EXECS_MAX, and only then one whose launch on another stream has
+ * finished (sharing one among streams costs argument updates whenever their pipelines
+ * differ, and a completion event per launch; instantiating costs once). Lock held; a
+ * lock-free claim may own an exec meanwhile, so each is owned before it is looked at. */
 static struct gexec *exec_pick(struct gentry *e, CUstream stream)
 {
-    struct gexec *never = NULL, *done = NULL;
+    struct gexec *never = NULL;
     for (int i = 0; i < e->nexecs; i++) {
         struct gexec *x = e->execs[i];
-        if (atomic_load_explicit(&x->busy, CUPOOL_ACQUIRE))
+        if (!exec_own(x))
             continue;
         /* CU_STREAM_PER_THREAD is one value naming every thread's own stream: no match */
         if (x->launched && x->last_stream == stream && stream != CU_STREAM_PER_THREAD) {
-            atomic_store_explicit(&x->busy, true, CUPOOL_RELAXED);
+            if (never)
+                exec_disown(never);
             return x; /* stream order keeps its launches apart */
         }
         if (!x->launched && !never)
             never = x;
+        else
+            exec_disown(x);
     }
-    if (never) {
-        atomic_store_explicit(&never->busy, true, CUPOOL_RELAXED);
+    if (never)
         return never;
-    }
-    /* only execs last launched on other streams: one whose launch has finished */
-    for (int i = 0; i < e->nexecs && !done; i++) {
+    if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
+        return NULL;
+    /* at the limit: one whose launch on another stream has finished; from now on launches
+     * record their completion so that this can be known */
+    atomic_store_explicit(&e->multi_stream, true, CUPOOL_RELAXED);
+    for (int i = 0; i < e->nexecs; i++) {
         struct gexec *x = e->execs[i];
-        if (!atomic_load_explicit(&x->busy, CUPOOL_ACQUIRE) && x->done_valid &&
-            CUPOOL_DRV(cupool__drv.cuEventQuery(x->done)) == CUDA_SUCCESS)
-            done = x;
-    }
-    e->multi_stream = true; /* from now on launches record their completion */
-    if (done) {
-        atomic_store_explicit(&done->busy, true, CUPOOL_RELAXED);
-        return done;
+        if (!exec_own(x))
+            continue;
+        if (x->done_valid && CUPOOL_DRV(cupool__drv.cuEventQuery(x->done)) == CUDA_SUCCESS)
+            return x;
+        exec_disown(x);
     }
     return NULL;
 }
@@ -1101,22 +1239,89 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
 {
     pthread_mutex_lock(&cache_lock);
     st_launches++;
-    struct gentry *e = known && *epoch == cache_epoch ? known : lookup(hash, ctx_id, sig, nsig);
+    uint64_t now = atomic_load(&cache_epoch);
+    struct gentry *e = known && *epoch == now ? known : lookup(hash, ctx_id, sig, nsig);
     *x = NULL;
     if (e) {
         st_hits++;
-        if (e != lru_head) {
-            lru_unlink(e);
-            lru_front(e);
-        }
+        entry_touch(e);
         atomic_fetch_add(&e->busy, 1);
         *x = exec_pick(e, stream);
     } else {
         st_misses++;
     }
-    *epoch = cache_epoch;
+    *epoch = now;
     pthread_mutex_unlock(&cache_lock);
     return e;
+}
+
+/* A thread's slot for a signature hash on a stream. */
+static inline unsigned slot_index(uint64_t hash, CUstream stream)
+{
+    uint64_t k = hash ^ ((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15));
+    return (unsigned)((k ^ (k >> 29)) % CUPOOL_GSLOTS);
+}
+
+/* The lock-free claim of a repeat launch (see the top of this file). The thread's slot for
+ * `hash` on `stream` names an entry and exec; the entry is pinned (busy) and then shown unchanged by the
+ * cache epoch, the exec owned and shown to be the same by its serial. `known` is the entry of
+ * this signature as of cache epoch known_epoch (a pipeline's last launch): then the slot must
+ * name it; without one the entry's key is compared. Returns the entry pinned with *x owned,
+ * as entry_claim does, or NULL (then nothing is held) for the locked path. */
+static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
+                                 const struct gentry *known, uint64_t known_epoch,
+                                 unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
+                                 CUstream stream, struct gexec **x)
+{
+    struct cupool__gslot *s = &tc->gslots[slot_index(hash, stream)];
+    struct gentry *e = s->entry;
+    if (!e || s->hash != hash || s->stream != stream || stream == CU_STREAM_PER_THREAD ||
+        (known && (e != known || known_epoch != s->epoch)))
+        return NULL;
+    /* the entry and exec may be free structs now: touched only inside a read section, so
+     * cupool_trim() returns free structs to the allocator only once no claim is inside one */
+    atomic_store_explicit(&tc->in_registry, 1, CUPOOL_RELAXED);
+    atomic_signal_fence(memory_order_seq_cst);
+    struct gexec *got = NULL;
+    atomic_fetch_add(&e->busy, 1);
+    if (atomic_load(&cache_epoch) == s->epoch &&
+        (known || (e->ctx_id == ctx_id && e->nsig == nsig &&
+                   memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0))) {
+        struct gexec *c = s->exec;
+        if (exec_own(c)) {
+            if (c->entry == e && c->serial == s->serial && c->launched &&
+                c->last_stream == stream)
+                got = c;
+            else
+                exec_disown(c);
+        }
+    }
+    if (!got)
+        atomic_fetch_sub(&e->busy, 1);
+    atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
+    if (!got)
+        return NULL;
+    entry_touch(e);
+    cupool__counter_inc(&tc->graph_hits);
+    *x = got;
+    return e;
+}
+
+/* Remembers, in this thread's slot for hash on stream, the entry and exec a launch just kept (entry seen
+ * at cache epoch `epoch`, exec of serial `serial`). */
+static void slot_fill(uint64_t hash, CUstream stream, struct gentry *e, struct gexec *x,
+                      uint64_t serial, uint64_t epoch)
+{
+    struct cupool__tcache *tc = cupool__tcache_self();
+    if (!tc)
+        return;
+    struct cupool__gslot *s = &tc->gslots[slot_index(hash, stream)];
+    s->hash = hash;
+    s->stream = stream;
+    s->entry = e;
+    s->exec = x;
+    s->serial = serial;
+    s->epoch = epoch;
 }
 
 /* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
@@ -1129,22 +1334,24 @@ static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgra
     cache_bytes += fresh->bytes + exec_bytes(fresh, fresh->execs[0]);
     cache_execs++;
     struct gentry *e = lookup(fresh->hash, fresh->ctx_id, fresh->sig, fresh->nsig);
+    atomic_fetch_add(&(e ? e : fresh)->busy, 1);
     if (!e) {
         e = fresh;
         e->hnext = buckets[e->hash % BUCKETS];
         buckets[e->hash % BUCKETS] = e;
-        lru_front(e);
+        list_push(e);
+        *x = e->execs[0]; /* owned since its instantiation */
     } else {
         if (graph) {
             *graph = fresh->graph;
             fresh->graph = NULL;
         }
         entry_free(fresh);
+        *x = exec_pick(e, stream);
     }
-    atomic_fetch_add(&e->busy, 1);
-    *x = exec_pick(e, stream);
+    entry_touch(e);
     evict(); /* never this entry: it is busy */
-    *epoch = cache_epoch;
+    *epoch = atomic_load(&cache_epoch);
     pthread_mutex_unlock(&cache_lock);
     return e;
 }
@@ -1157,7 +1364,6 @@ static CUresult exec_add(struct gentry *e, CUgraph graph, struct gexec **x, bool
     CUresult r = exec_new_of(e, graph, x);
     pthread_mutex_lock(&cache_lock);
     if (r == CUDA_SUCCESS) {
-        atomic_store(&(*x)->busy, true);
         cache_bytes += exec_bytes(e, *x);
         cache_execs++;
         *one_off = !(e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max);
@@ -1209,7 +1415,7 @@ static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream str
         if (launched)
             x->last_stream = stream;
         x->done_valid = recorded;
-        atomic_store_explicit(&x->busy, false, CUPOOL_RELEASE);
+        exec_disown(x);
         atomic_fetch_sub(&e->busy, 1);
         return;
     }
@@ -1265,9 +1471,14 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
 
     uint64_t inst = 0, failures = 0, epoch = p->last_epoch;
     struct gexec *x;
-    /* the entry the last launch used, while the cache's epoch holds (checked under its lock) */
+    /* the entry the last launch used, while the cache's epoch holds */
     struct gentry *known = p->last_ctx_id == ctx_id ? p->last_entry : NULL;
-    struct gentry *e = entry_claim(known, hash, ctx_id, p->sig, nsig, stream, &x, &epoch);
+    struct cupool__tcache *tc = cupool__tl;
+    struct gentry *e = known && tc ? fast_claim(tc, hash, known, epoch, ctx_id, NULL, 0, stream, &x)
+                                   : NULL;
+    bool fast = e != NULL; /* then this thread's slot already names e and x */
+    if (!fast)
+        e = entry_claim(known, hash, ctx_id, p->sig, nsig, stream, &x, &epoch);
     if (!e) {
         CUcontext ctx = NULL;
         r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
@@ -1333,8 +1544,11 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         x->snap_owner = p;
         x->snap_gen = p->gen;
     }
+    uint64_t serial = x->serial; /* read while owned */
     count_launch(inst, failures, updated);
     exec_done(e, x, keep, stream, launched, recorded);
+    if (keep && launched && !fast)
+        slot_fill(hash, stream, e, x, serial, epoch);
     return r;
 }
 
@@ -1344,9 +1558,12 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&st_eager, CUPOOL_RELAXED);
+    uint64_t fast = 0; /* hits claimed without the lock, counted by each thread */
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+        fast += atomic_load_explicit(&tc->graph_hits, CUPOOL_RELAXED);
     pthread_mutex_lock(&cache_lock);
-    stats->launches = st_launches;
-    stats->hits = st_hits;
+    stats->launches = st_launches + fast;
+    stats->hits = st_hits + fast;
     stats->misses = st_misses;
     stats->instantiations = atomic_load_explicit(&st_inst, CUPOOL_RELAXED);
     stats->updates = atomic_load_explicit(&st_updates, CUPOOL_RELAXED);
@@ -1365,9 +1582,9 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
 void cupool__graph_cache_close(bool all_threads)
 {
     pthread_mutex_lock(&cache_lock);
-    struct gentry *e = lru_head;
+    struct gentry *e = entries_head;
     while (e) {
-        struct gentry *next = e->lru_next;
+        struct gentry *next = e->next;
         if (all_threads) { /* unload: no launch can be running */
             entry_unlink(e);
             entry_free(e);
@@ -1388,11 +1605,43 @@ void cupool__graph_cache_trim(void)
     atomic_fetch_add_explicit(&fn_epoch, 1, CUPOOL_RELEASE);
     pthread_mutex_unlock(&fn_lock);
     pthread_mutex_lock(&cache_lock);
-    struct gentry *e = lru_tail;
+    struct gentry *e = entries_head;
     while (e) {
-        struct gentry *prev = e->lru_prev;
+        struct gentry *next = e->next;
         entry_evict(e);
-        e = prev;
+        e = next;
+    }
+    /* free structs back to the allocator, once no lock-free claim can be touching one */
+    struct gentry *fe = free_entries;
+    struct gexec *fx = free_execs;
+    free_entries = NULL;
+    free_execs = NULL;
+    pthread_mutex_unlock(&cache_lock);
+    if (!fe && !fx)
+        return;
+    if (cupool__registry_grace()) {
+        while (fe) {
+            struct gentry *next = fe->free_next;
+            cupool__free(fe, sizeof(*fe));
+            fe = next;
+        }
+        while (fx) {
+            struct gexec *next = fx->free_next;
+            cupool__free(fx, sizeof(*fx));
+            fx = next;
+        }
+        return;
+    }
+    pthread_mutex_lock(&cache_lock); /* not shown now: kept for a later trim */
+    while (fe) {
+        struct gentry *next = fe->free_next;
+        entry_struct_put(fe);
+        fe = next;
+    }
+    while (fx) {
+        struct gexec *next = fx->free_next;
+        exec_struct_put(fx);
+        fx = next;
     }
     pthread_mutex_unlock(&cache_lock);
 }
@@ -1487,13 +1736,17 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
 
     uint64_t epoch = 0, inst = 0;
     struct gexec *x;
-    struct gentry *e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
+    struct cupool__tcache *tc = cupool__tl;
+    struct gentry *e = tc ? fast_claim(tc, hash, NULL, 0, ctx_id, sig, 2, stream, &x) : NULL;
+    bool fast = e != NULL; /* then this thread's slot already names e and x */
+    if (!fast)
+        e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
     CUgraph fresh_graph = NULL;
     if (!e) {
         r = capture(stream, fn, user_data, &fresh_graph);
         if (r != CUDA_SUCCESS)
             return r;
-        struct gentry *ne = cupool__alloc(sizeof(*ne));
+        struct gentry *ne = entry_struct_get();
         uint64_t *nsig = cupool__alloc(sizeof(sig));
         struct gexec *nx = NULL;
         if (ne && nsig) {
@@ -1511,7 +1764,8 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         if (r != CUDA_SUCCESS) {
             CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
             cupool__free(nsig, sizeof(sig));
-            cupool__free(ne, sizeof(*ne));
+            if (ne)
+                entry_struct_put_locked(ne);
             return r;
         }
         inst++;
@@ -1572,7 +1826,11 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     } else if (r != CUDA_SUCCESS) {
         cupool__fail(r, "instantiating a captured graph failed");
     }
+    bool keep = !one_off && x->exec != NULL;
+    uint64_t serial = x->serial; /* read while owned */
     count_launch(inst, failures, 0);
-    exec_done(e, x, !one_off && x->exec != NULL, stream, launched, recorded);
+    exec_done(e, x, keep, stream, launched, recorded);
+    if (keep && launched && !fast)
+        slot_fill(hash, stream, e, x, serial, epoch);
     return r;
 }

@@ -85,6 +85,15 @@ struct cupool__cc_entry {
     uint32_t index; /* cls->index, one load less on the fast path */
 };
 
+/* A thread's memory of one graph-cache launch (a signature on a stream): the entry and exec
+ * it used, for a lock-free claim of the same exec next time (src/pipeline.c, fast_claim).
+ * Only a hint, validated before use. */
+#define CUPOOL_GSLOTS 8
+struct cupool__gslot {
+    uint64_t hash, epoch, serial;
+    void *stream, *entry, *exec;
+};
+
 /* Per-thread state. Type-stable: kept on a global list and reused by later threads, so the
  * statistics reader can always walk it. */
 struct cupool__tcache {
@@ -103,6 +112,8 @@ struct cupool__tcache {
     /* 1 while this thread reads the registry without its lock (cupool__reg_read), so a
      * replaced table is freed only once no reader can still be inside it. */
     _Atomic uint32_t in_registry;
+    struct cupool__gslot gslots[CUPOOL_GSLOTS];
+    _Atomic uint64_t graph_hits; /* graph-cache hits claimed through gslots */
     char errmsg[CUPOOL_ERRMSG_MAX];
 };
 

@@ -437,6 +437,123 @@ START_TEST(capture_update_race_keeps_each_callers_arguments)
 }
 END_TEST
 
+/* Past CUPOOL_GRAPH_EXECS_MAX, streams share execs whose launches have finished: the exec
+ * count stays bounded and instantiations stop once completion events are recorded. */
+START_TEST(execs_shared_only_at_the_limit)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "2");
+    CUstream s3;
+    TU_OK(tu.cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING));
+    CUstream streams[3] = {s1, s2, s3};
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int round = 0; round < 6; round++)
+        for (int i = 0; i < 3; i++) {
+            fill_chain(p, 2, 4 + i, (unsigned)(i + 1), 0); /* stream i adds 2 * (i + 1) */
+            TU_OK(cupool_pipeline_launch(p, streams[i]));
+            TU_OK(tu.cuStreamSynchronize(streams[i]));
+        }
+    for (int i = 0; i < 3; i++)
+        ck_assert_uint_eq(counter(4 + i), 6 * 2 * (unsigned)(i + 1));
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.execs, 2);
+    /* two execs, one used-once exec for the third stream's first launch (no completion was
+     * recorded yet); then the third stream takes whichever has finished */
+    ck_assert_uint_eq(st.instantiations, 3);
+    ck_assert_uint_eq(st.hits, 17);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuStreamDestroy(s3));
+}
+END_TEST
+
+/* A thread's remembered entry and exec after they were evicted and their structs reused for
+ * another signature: the next launch must not take them. */
+START_TEST(repeat_launch_after_eviction_and_reuse)
+{
+    setup_env("CUPOOL_GRAPH_CACHE_ENTRIES", "1");
+    cupool_pipeline_t a, b;
+    TU_OK(cupool_pipeline_create(&a));
+    TU_OK(cupool_pipeline_create(&b));
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 3; i++) { /* a: hits claimed through the thread's slot */
+            fill_chain(a, 3, 8, 1, 0);
+            TU_OK(cupool_pipeline_launch(a, s1));
+        }
+        fill_chain(b, 5, 9, 2, 0); /* b evicts a (room for one): a's structs are reused */
+        TU_OK(cupool_pipeline_launch(b, s1));
+        struct cap_args c = {0, 2, 3, 10, CUDA_SUCCESS}; /* and a capture evicts b */
+        TU_OK(cupool_capture_launch(77, s1, captured_work, &c, CUPOOL_CAPTURE_REPLAY));
+        TU_OK(cupool_capture_launch(77, s1, captured_work, &c, CUPOOL_CAPTURE_REPLAY));
+        ck_assert_int_eq(c.calls, 1);
+    }
+    ck_assert_uint_eq(counter(8), 4 * 3 * 3);
+    ck_assert_uint_eq(counter(9), 4 * 5 * 2);
+    ck_assert_uint_eq(counter(10), 4 * 2 * 2 * 3);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.launches, 4 * 6);
+    ck_assert_uint_eq(st.misses, 4 * 3); /* a, b and the capture, every round */
+    ck_assert_uint_eq(st.hits, 4 * 3);
+    ck_assert_uint_ge(st.evictions, 4 * 3 - 1);
+    ck_assert_uint_le(st.entries, 1);
+    TU_OK(cupool_pipeline_destroy(a));
+    TU_OK(cupool_pipeline_destroy(b));
+}
+END_TEST
+
+/* Repeat launches (claimed without the cache lock) on several threads while another thread
+ * trims the cache (freeing entries, execs and, after a grace period, their structs). */
+static _Atomic int trimming;
+
+static void *repeat_launcher(void *arg)
+{
+    int slot = (int)(intptr_t)arg;
+    CUstream s;
+    cupool_pipeline_t p;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS ||
+        tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        cupool_pipeline_create(&p) != CUDA_SUCCESS) {
+        thread_errors++;
+        return NULL;
+    }
+    for (int i = 0; i < 400; i++) {
+        if (i % 50 == 0)
+            fill_chain(p, 1 + (i / 50) % 3, slot, 1, 0); /* three structures in turn */
+        if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
+            thread_errors++;
+    }
+    if (tu.cuStreamSynchronize(s) != CUDA_SUCCESS)
+        thread_errors++;
+    cupool_pipeline_destroy(p);
+    tu.cuStreamDestroy(s);
+    return NULL;
+}
+
+START_TEST(trim_during_repeat_launches)
+{
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, repeat_launcher, (void *)(intptr_t)(12 + i)),
+                         0);
+    for (int i = 0; i < 200; i++)
+        TU_OK(cupool_trim());
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_eq(thread_errors, 0);
+    /* 400 launches of 1, 2, 3, 1, 2, 3, 1, 2 kernels, 50 each */
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(counter(12 + i), 50 * (1 + 2 + 3 + 1 + 2 + 3 + 1 + 2));
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.launches, 4 * 400);
+    ck_assert_uint_eq(st.hits + st.misses, st.launches);
+    TU_OK(cupool_trim());
+    st = gstats();
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.execs, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -540,10 +657,13 @@ int main(void)
     tcase_add_test(tc, dot_between_structures_keeps_signatures_apart);
     tcase_add_test(tc, capture_update_race_keeps_each_callers_arguments);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, trim_during_repeat_launches);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
     tcase_add_test(env, eviction_keeps_results_right);
     tcase_add_test(env, graph_disable_launches_eagerly);
+    tcase_add_test(env, execs_shared_only_at_the_limit);
+    tcase_add_test(env, repeat_launch_after_eviction_and_reuse);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
