@@ -309,10 +309,16 @@ int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
         printf("N=%d %.2fx%s", sizes[i], e2e[i][W_EAGER] / e2e[i][W_HIT], i < 2 ? ", " : "\n");
 
     int launches = 50;
-    double one = throughput(1, launches), eight = throughput(8, launches);
+    cupool_graph_stats_t s0, s1;
+    double one = throughput(1, launches);
+    cupool_graph_stats_get(&s0);
+    double eight = throughput(8, launches);
+    cupool_graph_stats_get(&s1);
     printf("one signature, %llu us kernel: 1 stream %.0f kernels/s, 8 threads on 8 streams "
-           "%.0f kernels/s (%.2fx)%s\n",
-           spin_ns / 1000, one, eight, eight / one, label);
+           "%.0f kernels/s (%.2fx; %llu instantiations, %llu nodes updated)%s\n",
+           spin_ns / 1000, one, eight, eight / one,
+           (unsigned long long)(s1.instantiations - s0.instantiations),
+           (unsigned long long)(s1.nodes_updated - s0.nodes_updated), label);
     cupool_graph_stats_t st;
     cupool_graph_stats_get(&st);
     printf("graph cache: %llu launches, %llu hits, %llu misses, %llu instantiations, %llu "

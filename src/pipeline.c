@@ -560,6 +560,7 @@ struct gentry {
     size_t tmpl_alen;
     struct gexec *execs[EXECS_LIMIT];
     int nexecs;
+    int npending; /* new execs being instantiated for it (counted against the limit) */
     _Atomic bool multi_stream; /* set under the lock, read without */
     size_t bytes;
     struct gentry *hnext, *prev, *next; /* hash chain; list of all entries */
@@ -573,8 +574,9 @@ static size_t cache_entries, cache_bytes, cache_execs;
 static struct gentry *free_entries; /* type-stable structs for reuse (cache lock) */
 static struct gexec *free_execs;
 static _Atomic uint64_t exec_serial;
-/* Bumped whenever an entry is freed, and before each eviction attempt reads an entry's busy
- * count (sequentially consistent, against fast_claim's pin-then-check: a Dekker handshake). */
+/* Bumped whenever an entry is freed, before each eviction attempt reads an entry's busy count
+ * (sequentially consistent, against fast_claim's pin-then-check: a Dekker handshake), and by
+ * cupool_trim() before it returns free structs to the allocator. */
 static _Atomic uint64_t cache_epoch;
 /* Ticks only when the most recently launched entry changes: last_use stamps (exact LRU order
  * without a shared write per launch). */
@@ -1027,11 +1029,18 @@ static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
     return CUDA_SUCCESS;
 }
 
+static inline int execs_max(void)
+{
+    int m = (int)cupool__cfg.graph_execs_max;
+    return m < EXECS_LIMIT ? m : EXECS_LIMIT;
+}
+
 /* Picks an exec for a launch on stream and owns it, or returns NULL when a new one is needed.
  * Preference: one last launched on this stream, one never launched, a new one while the entry
- * has fewer than CUPOOL_GRAPH_EXECS_MAX, and only then one whose launch on another stream has
- * finished (sharing one among streams costs argument updates whenever their pipelines
- * differ, and a completion event per launch; instantiating costs once). Lock held; a
+ * has fewer than CUPOOL_GRAPH_EXECS_MAX (or in place of one whose stream went quiet), and
+ * only then one whose launch on another stream has finished (sharing one among streams costs
+ * argument updates whenever their pipelines differ, and a completion event per launch;
+ * instantiating costs once). Lock held; a
  * lock-free claim may own an exec meanwhile, so each is owned before it is looked at. */
 static struct gexec *exec_pick(struct gentry *e, CUstream stream)
 {
@@ -1053,11 +1062,28 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
     }
     if (never)
         return never;
-    if (e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max)
+    if (e->nexecs + e->npending < execs_max()) {
+        e->npending++; /* the caller instantiates one (exec_add) */
         return NULL;
-    /* at the limit: one whose launch on another stream has finished; from now on launches
-     * record their completion so that this can be known */
-    atomic_store_explicit(&e->multi_stream, true, CUPOOL_RELAXED);
+    }
+    /* at the limit. From now on launches record their completion. */
+    bool was_multi = atomic_exchange_explicit(&e->multi_stream, true, CUPOOL_RELAXED);
+    /* An exec not launched since the entry reached the limit (its launches would have recorded
+     * completion) belongs to a stream gone quiet: destroyed (the driver frees an exec still
+     * running once it completes), so that this stream instantiates its own. */
+    for (int i = 0; was_multi && i < e->nexecs; i++) {
+        struct gexec *x = e->execs[i];
+        if (!exec_own(x))
+            continue;
+        if (!x->done_valid) {
+            e->execs[i] = e->execs[--e->nexecs];
+            exec_free(e, x, true);
+            e->npending++;
+            return NULL;
+        }
+        exec_disown(x);
+    }
+    /* else one whose launch on another stream has finished */
     for (int i = 0; i < e->nexecs; i++) {
         struct gexec *x = e->execs[i];
         if (!exec_own(x))
@@ -1066,7 +1092,7 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
             return x;
         exec_disown(x);
     }
-    return NULL;
+    return NULL; /* all busy or running: the caller uses a new exec once */
 }
 
 /* Updates the nodes of x that differ from the pipeline. Returns false if the driver refused. */
@@ -1282,6 +1308,11 @@ static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
      * cupool_trim() returns free structs to the allocator only once no claim is inside one */
     atomic_store_explicit(&tc->in_registry, 1, CUPOOL_RELAXED);
     atomic_signal_fence(memory_order_seq_cst);
+    /* the slot may outlive its structs: cupool_trim() moves the epoch on before it frees any */
+    if (atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED) != s->epoch) {
+        atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
+        return NULL;
+    }
     struct gexec *got = NULL;
     atomic_fetch_add(&e->busy, 1);
     if (atomic_load(&cache_epoch) == s->epoch &&
@@ -1363,17 +1394,30 @@ static CUresult exec_add(struct gentry *e, CUgraph graph, struct gexec **x, bool
 {
     CUresult r = exec_new_of(e, graph, x);
     pthread_mutex_lock(&cache_lock);
+    /* a place exec_pick reserved (this launch's, or one another launch will not need now) */
+    bool place = e->npending > 0 && e->nexecs < execs_max();
+    if (e->npending > 0)
+        e->npending--;
     if (r == CUDA_SUCCESS) {
         cache_bytes += exec_bytes(e, *x);
         cache_execs++;
-        *one_off = !(e->nexecs < EXECS_LIMIT && e->nexecs < (int)cupool__cfg.graph_execs_max);
-        if (!*one_off)
+        *one_off = !place;
+        if (place)
             e->execs[e->nexecs++] = *x;
     } else {
         atomic_fetch_sub(&e->busy, 1);
     }
     pthread_mutex_unlock(&cache_lock);
     return r;
+}
+
+/* Gives back a place exec_pick reserved for a launch that ends before exec_add. */
+static void exec_unreserve(struct gentry *e)
+{
+    pthread_mutex_lock(&cache_lock);
+    if (e->npending > 0)
+        e->npending--;
+    pthread_mutex_unlock(&cache_lock);
 }
 
 /* Launches x on stream and, for an entry serving several streams, records its completion.
@@ -1611,11 +1655,15 @@ void cupool__graph_cache_trim(void)
         entry_evict(e);
         e = next;
     }
-    /* free structs back to the allocator, once no lock-free claim can be touching one */
+    /* free structs back to the allocator, once no lock-free claim can be touching one: the
+     * epoch moves on (every thread's slot is stale from now on), then a grace period lets
+     * claims that read the old epoch finish */
     struct gentry *fe = free_entries;
     struct gexec *fx = free_execs;
     free_entries = NULL;
     free_execs = NULL;
+    if (fe || fx)
+        atomic_fetch_add(&cache_epoch, 1);
     pthread_mutex_unlock(&cache_lock);
     if (!fe && !fx)
         return;
@@ -1780,10 +1828,12 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     } else if (flags & CUPOOL_CAPTURE_UPDATE) {
         r = capture(stream, fn, user_data, &fresh_graph);
         if (r != CUDA_SUCCESS) {
-            if (x)
+            if (x) {
                 exec_done(e, x, true, stream, false, x->done_valid);
-            else
+            } else {
+                exec_unreserve(e);
                 atomic_fetch_sub(&e->busy, 1);
+            }
             return r;
         }
     }

@@ -467,6 +467,49 @@ START_TEST(execs_shared_only_at_the_limit)
 }
 END_TEST
 
+/* At the limit, the execs of streams gone quiet make way for the streams launching now. */
+START_TEST(quiet_streams_give_up_their_execs)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "2");
+    CUstream s3, s4;
+    TU_OK(tu.cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuStreamCreate(&s4, CU_STREAM_NON_BLOCKING));
+    CUstream streams[4] = {s1, s2, s3, s4};
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int i = 0; i < 2; i++) { /* s1 and s2 launch once, then go quiet */
+        fill_chain(p, 2, 4 + i, (unsigned)(i + 1), 0);
+        TU_OK(cupool_pipeline_launch(p, streams[i]));
+        TU_OK(tu.cuStreamSynchronize(streams[i]));
+    }
+    for (int round = 0; round < 5; round++)
+        for (int i = 2; i < 4; i++) {
+            fill_chain(p, 2, 4 + i, (unsigned)(i + 1), 0);
+            TU_OK(cupool_pipeline_launch(p, streams[i]));
+            TU_OK(tu.cuStreamSynchronize(streams[i]));
+        }
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(counter(4 + i), (i < 2 ? 1 : 5) * 2 * (unsigned)(i + 1));
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.execs, 2);
+    /* s1, s2; s3 once with a used-once exec (the limit just reached); then s4 and s3 each
+     * replace a quiet stream's exec, and keep their own from then on */
+    ck_assert_uint_eq(st.instantiations, 5);
+    cupool_graph_stats_t before = st;
+    for (int i = 2; i < 4; i++) { /* their own execs: nothing to update */
+        fill_chain(p, 2, 4 + i, (unsigned)(i + 1), 0);
+        TU_OK(cupool_pipeline_launch(p, streams[i]));
+        TU_OK(tu.cuStreamSynchronize(streams[i]));
+    }
+    st = gstats();
+    ck_assert_uint_eq(st.instantiations, before.instantiations);
+    ck_assert_uint_eq(st.nodes_updated, before.nodes_updated);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuStreamDestroy(s3));
+    TU_OK(tu.cuStreamDestroy(s4));
+}
+END_TEST
+
 /* A thread's remembered entry and exec after they were evicted and their structs reused for
  * another signature: the next launch must not take them. */
 START_TEST(repeat_launch_after_eviction_and_reuse)
@@ -664,6 +707,7 @@ int main(void)
     tcase_add_test(env, graph_disable_launches_eagerly);
     tcase_add_test(env, execs_shared_only_at_the_limit);
     tcase_add_test(env, repeat_launch_after_eviction_and_reuse);
+    tcase_add_test(env, quiet_streams_give_up_their_execs);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
