@@ -4,6 +4,8 @@
  * launched five ways, each timed two ways:
  *   eager        one cuLaunchKernel per kernel
  *   floor        a graph instantiated once by hand, then cuGraphLaunch: the floor
+ *   floor-changed the same with every node's argument set by hand before each launch
+ *                (cuGraphExecKernelNodeSetParams): the driver's own cost of a change
  *   hit          cupool_pipeline_launch of an unchanged pipeline (a cache hit, no update)
  *   hit-changed  the same with every kernel's argument changed on every launch
  *   describe+hit cupool_pipeline_reset + one cupool_pipeline_kernel per node + launch
@@ -41,6 +43,8 @@ static struct {
                                      const CUDA_KERNEL_NODE_PARAMS *);
     CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
     CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                               const CUDA_KERNEL_NODE_PARAMS *);
     CUresult (*cuGraphExecDestroy)(CUgraphExec);
     CUresult (*cuGraphDestroy)(CUgraph);
     CUresult (*cuCtxSetCurrent)(CUcontext);
@@ -78,8 +82,8 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-enum way { W_EAGER, W_FLOOR, W_HIT, W_HIT_CHANGED, W_DESCRIBE, W_MISS, W_COUNT };
-static const char *const way_names[W_COUNT] = {"eager", "floor", "hit", "hit-changed",
+enum way { W_EAGER, W_FLOOR, W_FLOOR_CHANGED, W_HIT, W_HIT_CHANGED, W_DESCRIBE, W_MISS, W_COUNT };
+static const char *const way_names[W_COUNT] = {"eager", "floor", "floor-changed", "hit", "hit-changed",
                                                "describe+hit", "miss"};
 
 static void describe(cupool_pipeline_t p, int n, unsigned base)
@@ -100,6 +104,7 @@ struct way_run {
     CUstream s;
     CUgraph graph;
     CUgraphExec exec;
+    CUgraphNode nodes[64];
     cupool_pipeline_t p;
     double *h, *e; /* per-launch host and end-to-end ns */
 };
@@ -115,8 +120,8 @@ static void way_setup(struct way_run *r, enum way w, int n, int iters)
     r->h = malloc(sizeof(double) * (size_t)iters);
     r->e = malloc(sizeof(double) * (size_t)iters);
     check("stream", g.cuStreamCreate(&r->s, CU_STREAM_NON_BLOCKING));
-    if (w == W_FLOOR) {
-        CUgraphNode nodes[64];
+    if (w == W_FLOOR || w == W_FLOOR_CHANGED) {
+        CUgraphNode *nodes = r->nodes;
         CUDA_KERNEL_NODE_PARAMS kp;
         memset(&kp, 0, sizeof kp);
         kp.func = add_u32;
@@ -150,6 +155,19 @@ static void way_step(struct way_run *r, int it)
             check("cuLaunchKernel",
                   g.cuLaunchKernel(add_u32, 1, 1, 1, 1, 1, 1, 0, r->s, one_args, NULL));
         break;
+    case W_FLOOR_CHANGED: { /* by hand: every node's argument set, then the launch */
+        unsigned v = it % 2 ? 1 : 1000;
+        void *args[] = {&counter, &v};
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = add_u32;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        for (int i = 0; i < r->n; i++)
+            check("cuGraphExecKernelNodeSetParams",
+                  g.cuGraphExecKernelNodeSetParams(r->exec, r->nodes[i], &kp));
+    }
+        /* fall through */
     case W_FLOOR:
         check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
         break;
@@ -169,6 +187,25 @@ static void way_step(struct way_run *r, int it)
     }
 }
 
+/* End to end per launch in a stream of `count` back-to-back launches and one synchronisation:
+ * the steady state of a service launching repeatedly (CPU and GPU overlap). */
+static double way_stream(struct way_run *r, int count)
+{
+    double t0 = now_ns();
+    for (int i = 0; i < count; i++) {
+        if (r->w == W_EAGER)
+            for (int k = 0; k < r->n; k++)
+                check("cuLaunchKernel",
+                      g.cuLaunchKernel(add_u32, 1, 1, 1, 1, 1, 1, 0, r->s, one_args, NULL));
+        else if (r->w == W_FLOOR)
+            check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
+        else
+            check("cupool_pipeline_launch", cupool_pipeline_launch(r->p, r->s));
+    }
+    check("sync", g.cuStreamSynchronize(r->s));
+    return (now_ns() - t0) / count;
+}
+
 static void way_finish(struct way_run *r, int iters, double *host, double *e2e)
 {
     *host = median(r->h, iters);
@@ -186,7 +223,7 @@ static void way_finish(struct way_run *r, int iters, double *host, double *e2e)
 /* Per-launch host and end-to-end times (ns, medians) of every way for pipelines of n kernels.
  * The ways other than the miss take turns launch by launch, in a rotating order, so that a
  * drift in clocks or load affects them alike; the miss (which empties the cache) runs alone. */
-static void time_ways(int n, int iters, double *host, double *e2e)
+static void time_ways(int n, int iters, double *host, double *e2e, double *streamed)
 {
     struct way_run r[W_COUNT];
     for (int w = 0; w < W_MISS; w++)
@@ -194,6 +231,14 @@ static void time_ways(int n, int iters, double *host, double *e2e)
     for (int it = -3; it < iters; it++) /* three untimed warm-up rounds */
         for (int k = 0; k < W_MISS; k++)
             way_step(&r[(k + (it + 3)) % W_MISS], it);
+    /* streamed: eager, floor and hit, in turns, median of 5 streams of `iters` launches */
+    static const enum way sw[3] = {W_EAGER, W_FLOOR, W_HIT};
+    double v[3][5];
+    for (int rep = 0; rep < 5; rep++)
+        for (int k = 0; k < 3; k++)
+            v[k][rep] = way_stream(&r[sw[k]], iters);
+    for (int k = 0; k < 3; k++)
+        streamed[k] = median(v[k], 5);
     for (int w = 0; w < W_MISS; w++)
         way_finish(&r[w], iters, &host[w], &e2e[w]);
     int miss_iters = iters / 10 + 5;
@@ -266,6 +311,7 @@ int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
     GET(cuGraphAddKernelNode, 12000);
     GET(cuGraphInstantiateWithFlags, 11040);
     GET(cuGraphLaunch, 10000);
+    GET(cuGraphExecKernelNodeSetParams, 12000);
     GET(cuGraphExecDestroy, 10000);
     GET(cuGraphDestroy, 10000);
     GET(cuCtxSetCurrent, 4000);
@@ -276,9 +322,9 @@ int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
     check("alloc", g.cuMemAlloc(&counter, 4));
 
     static const int sizes[3] = {1, 10, 50};
-    double host[3][W_COUNT], e2e[3][W_COUNT];
+    double host[3][W_COUNT], e2e[3][W_COUNT], streamed[3][3];
     for (int i = 0; i < 3; i++)
-        time_ways(sizes[i], iters, host[i], e2e[i]);
+        time_ways(sizes[i], iters, host[i], e2e[i], streamed[i]);
     printf("\ngraphs: pipelines of N tiny kernels, us per launch (median of %d)%s\n", iters, label);
     printf("%-13s", "host");
     for (int i = 0; i < 3; i++)
@@ -304,9 +350,29 @@ int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
     for (int i = 0; i < 3; i++)
         printf("N=%d %.3f%s", sizes[i], (host[i][W_HIT_CHANGED] - host[i][W_HIT]) / sizes[i] / 1e3,
                i < 2 ? ", " : "\n");
-    printf("end to end, eager / hit: ");
+    printf("  of which the driver, by hand (floor-changed - floor)/N: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %.3f%s", sizes[i],
+               (host[i][W_FLOOR_CHANGED] - host[i][W_FLOOR]) / sizes[i] / 1e3, i < 2 ? ", " : "\n");
+    printf("  cupool's own (hit-changed - floor-changed)/N: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %.3f%s", sizes[i],
+               (host[i][W_HIT_CHANGED] - host[i][W_FLOOR_CHANGED]) / sizes[i] / 1e3,
+               i < 2 ? ", " : "\n");
+    printf("end to end, single launch + sync, eager / hit: ");
     for (int i = 0; i < 3; i++)
         printf("N=%d %.2fx%s", sizes[i], e2e[i][W_EAGER] / e2e[i][W_HIT], i < 2 ? ", " : "\n");
+    printf("end to end, streamed (%d back-to-back launches, one sync), us per launch:\n", iters);
+    for (int k = 0; k < 3; k++) {
+        static const char *const names[3] = {"eager", "floor", "hit"};
+        printf("  %-11s", names[k]);
+        for (int i = 0; i < 3; i++)
+            printf(" N=%d %8.2f", sizes[i], streamed[i][k] / 1e3);
+        printf("\n");
+    }
+    printf("end to end, streamed, eager / hit: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %.2fx%s", sizes[i], streamed[i][0] / streamed[i][2], i < 2 ? ", " : "\n");
 
     int launches = 50;
     cupool_graph_stats_t s0, s1;
