@@ -33,4 +33,9 @@ static inline void cupool__counter_inc(_Atomic uint64_t *c)
     atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
 }
 
+static inline void cupool__counter_add(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + n, CUPOOL_RELAXED);
+}
+
 #endif

@@ -1444,8 +1444,14 @@ static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
     if (failures)
         atomic_fetch_add_explicit(&st_update_failures, failures, CUPOOL_RELAXED);
     if (updated) {
-        atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
-        atomic_fetch_add_explicit(&st_nodes_updated, updated, CUPOOL_RELAXED);
+        struct cupool__tcache *tc = cupool__tl; /* the thread's own counters: no shared write */
+        if (CUPOOL_LIKELY(tc != NULL)) {
+            cupool__counter_add(&tc->graph_updates, 1);
+            cupool__counter_add(&tc->graph_nodes_updated, updated);
+        } else {
+            atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
+            atomic_fetch_add_explicit(&st_nodes_updated, updated, CUPOOL_RELAXED);
+        }
     }
 }
 
@@ -1602,16 +1608,19 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&st_eager, CUPOOL_RELAXED);
-    uint64_t fast = 0; /* hits claimed without the lock, counted by each thread */
-    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+    uint64_t fast = 0, updates = 0, nodes = 0; /* counted by each thread */
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
         fast += atomic_load_explicit(&tc->graph_hits, CUPOOL_RELAXED);
+        updates += atomic_load_explicit(&tc->graph_updates, CUPOOL_RELAXED);
+        nodes += atomic_load_explicit(&tc->graph_nodes_updated, CUPOOL_RELAXED);
+    }
     pthread_mutex_lock(&cache_lock);
     stats->launches = st_launches + fast;
     stats->hits = st_hits + fast;
     stats->misses = st_misses;
     stats->instantiations = atomic_load_explicit(&st_inst, CUPOOL_RELAXED);
-    stats->updates = atomic_load_explicit(&st_updates, CUPOOL_RELAXED);
-    stats->nodes_updated = atomic_load_explicit(&st_nodes_updated, CUPOOL_RELAXED);
+    stats->updates = updates + atomic_load_explicit(&st_updates, CUPOOL_RELAXED);
+    stats->nodes_updated = nodes + atomic_load_explicit(&st_nodes_updated, CUPOOL_RELAXED);
     stats->update_failures = atomic_load_explicit(&st_update_failures, CUPOOL_RELAXED);
     stats->evictions = st_evictions;
     stats->entries = cache_entries;

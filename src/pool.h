@@ -114,6 +114,7 @@ struct cupool__tcache {
     _Atomic uint32_t in_registry;
     struct cupool__gslot gslots[CUPOOL_GSLOTS];
     _Atomic uint64_t graph_hits; /* graph-cache hits claimed through gslots */
+    _Atomic uint64_t graph_updates, graph_nodes_updated; /* this thread's exec updates */
     char errmsg[CUPOOL_ERRMSG_MAX];
 };
 
