@@ -434,6 +434,30 @@ typedef struct cupool_graph_stats {
  * CUDA_ERROR_INVALID_VALUE (stats NULL). Never calls the driver; thread-safe. */
 CUPOOL_API CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Drop-in wrappers with the driver's signatures (docs/drop-in.md). The runtime API's are in   */
+/* cupool_runtime.h; cupool_compat.h routes the real names to both.                           */
+/* ------------------------------------------------------------------------------------------ */
+
+/** cuStreamCreate: a pooled stream of the current context (cupool_stream_acquire(), default
+ * priority). Flags CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING. Returns what
+ * cupool_stream_acquire() returns (CUDA_ERROR_INVALID_CONTEXT with no current context, as the
+ * driver). Thread-safe. */
+CUPOOL_API CUresult cupool_cuStreamCreate(CUstream *phStream, unsigned int Flags);
+/** cuStreamCreateWithPriority: as cupool_cuStreamCreate; priorities outside the context's
+ * range are clamped to it, as the driver does. */
+CUPOOL_API CUresult cupool_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                      int priority);
+/** cuStreamDestroy: a pooled stream goes back to its pool (cupool_stream_release(): work
+ * still queued runs on, as after cuStreamDestroy); a stream cupool did not create is
+ * destroyed by the driver, whose result is returned. A pooled stream destroyed twice:
+ * CUDA_ERROR_INVALID_HANDLE, nothing changes. Thread-safe. */
+CUPOOL_API CUresult cupool_cuStreamDestroy(CUstream hStream);
+/** cuEventCreate: a pooled event of the current context (cupool_event_acquire()). */
+CUPOOL_API CUresult cupool_cuEventCreate(CUevent *phEvent, unsigned int Flags);
+/** cuEventDestroy: as cupool_cuStreamDestroy, for events. */
+CUPOOL_API CUresult cupool_cuEventDestroy(CUevent hEvent);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,11 +25,14 @@
     X(cuEventCreate, 2000, CUresult, (CUevent * e, unsigned int flags))                     \
     X(cuEventDestroy, 4000, CUresult, (CUevent e))
 
-/* Entry points of the pipeline API (graphs and eager launches). Optional: a driver without
- * them still pools streams and events; a pipeline call then returns CUDA_ERROR_NOT_SUPPORTED.
+/* Entry points of the runtime-API wrappers (the primary context) and of the pipeline API
+ * (graphs and eager launches). Optional: a driver without them still pools streams and
+ * events; a call that needs one then returns CUDA_ERROR_NOT_SUPPORTED.
  * cuGraphInstantiate is asked for by its WithFlags name: cuGetProcAddress("cuGraphInstantiate")
  * returns the five-argument form at every version from 11000 (seen on an H200). */
 #define CUPOOL_DRIVER_OPTIONAL(X)                                                           \
+    X(cuDeviceGet, 2000, CUresult, (CUdevice * dev, int ordinal))                           \
+    X(cuDevicePrimaryCtxRetain, 7000, CUresult, (CUcontext * ctx, CUdevice dev))            \
     X(cuFuncGetParamInfo, 12040, CUresult, (CUfunction f, size_t i, size_t *off, size_t *size)) \
     X(cuLaunchKernel, 4000, CUresult,                                                       \
       (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,       \

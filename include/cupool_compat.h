@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Source-level drop-in (docs/drop-in.md): include this after the CUDA headers, in the files
+ * whose stream and event create and destroy calls should use cupool's pools, and link with
+ * -lcupool. It defines object-like macros, so calls and function-pointer uses alike are
+ * routed:
+ *
+ *   cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy, cuEventCreate,
+ *   cuEventDestroy                                  -> cupool_cu* (cupool.h)
+ *   cudaStreamCreate, cudaStreamCreateWithFlags, cudaStreamCreateWithPriority,
+ *   cudaStreamDestroy, cudaEventCreate, cudaEventCreateWithFlags,
+ *   cudaEventDestroy                                -> cupool_cuda* (cupool_runtime.h)
+ *
+ * The runtime names are routed only when the CUDA runtime header came first (its include
+ * guard __CUDA_RUNTIME_API_H__ is defined) or CUPOOL_COMPAT_RUNTIME is defined. Define
+ * CUPOOL_COMPAT_NO_DRIVER or CUPOOL_COMPAT_NO_RUNTIME to leave one API alone. Including a CUDA
+ * header after this one is an error (it would declare the cupool names with CUDA's types).
+ *
+ * In C++, cuda_runtime.h's overload cudaEventCreate(event, flags) keeps working: an overload
+ * of cupool_cudaEventCreate with the same arguments is provided.
+ */
+#ifndef CUPOOL_COMPAT_H
+#define CUPOOL_COMPAT_H
+#include <cupool.h>
+
+#ifndef CUPOOL_COMPAT_NO_DRIVER
+#undef cuStreamCreate
+#undef cuStreamCreateWithPriority
+#undef cuStreamDestroy
+#undef cuEventCreate
+#undef cuEventDestroy
+#define cuStreamCreate cupool_cuStreamCreate
+#define cuStreamCreateWithPriority cupool_cuStreamCreateWithPriority
+#define cuStreamDestroy cupool_cuStreamDestroy
+#define cuEventCreate cupool_cuEventCreate
+#define cuEventDestroy cupool_cuEventDestroy
+#endif
+
+#if !defined(CUPOOL_COMPAT_NO_RUNTIME) &&                                                    \
+    (defined(__CUDA_RUNTIME_API_H__) || defined(CUPOOL_COMPAT_RUNTIME))
+#include <cupool_runtime.h>
+#ifdef __cplusplus
+/* cuda_runtime.h's C++ overload of cudaEventCreate with flags */
+static inline cudaError_t cupool_cudaEventCreate(cudaEvent_t *event, unsigned int flags)
+{
+    return cupool_cudaEventCreateWithFlags(event, flags);
+}
+#endif
+#define cudaStreamCreate cupool_cudaStreamCreate
+#define cudaStreamCreateWithFlags cupool_cudaStreamCreateWithFlags
+#define cudaStreamCreateWithPriority cupool_cudaStreamCreateWithPriority
+#define cudaStreamDestroy cupool_cudaStreamDestroy
+#define cudaEventCreate cupool_cudaEventCreate
+#define cudaEventCreateWithFlags cupool_cudaEventCreateWithFlags
+#define cudaEventDestroy cupool_cudaEventDestroy
+#endif
+
+#endif /* CUPOOL_COMPAT_H */

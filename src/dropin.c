@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Drop-in wrappers (docs/drop-in.md): the driver's and the runtime's stream and event create
+ * and destroy calls, with their exact signatures, on cupool's pools; and __wrap_ entry points
+ * of the same for `-Wl,--wrap=NAME`. A destroy of a handle cupool did not hand out goes to the
+ * driver, as the replaced call would have.
+ */
+#include "internal.h"
+#include "cupool_runtime.h"
+#include "driver.h"
+#include "error.h"
+#include "lifecycle.h"
+#include "pool.h"
+#include "registry.h"
+
+/* Does cupool know this handle (handed out, or idle in a pool)? */
+static bool known_handle(const void *h)
+{
+    return cupool__reg_read(cupool__tl, h) != NULL;
+}
+
+/* The driver's destroy of a handle cupool never handed out. */
+static CUresult foreign_destroy(const void *h, bool stream)
+{
+    if (stream ? !cupool__drv.cuStreamDestroy : !cupool__drv.cuEventDestroy)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return stream ? CUPOOL_DRV(cupool__drv.cuStreamDestroy((CUstream)(uintptr_t)h))
+                  : CUPOOL_DRV(cupool__drv.cuEventDestroy((CUevent)(uintptr_t)h));
+}
+
+/* Release if cupool's, else the driver's destroy; a known handle that will not release (a
+ * double destroy) is an error, never passed to the driver. */
+static CUresult destroy(const void *h, bool stream)
+{
+    CUresult r = stream ? cupool_stream_release((CUstream)(uintptr_t)h)
+                        : cupool_event_release((CUevent)(uintptr_t)h);
+    if (r != CUDA_ERROR_INVALID_HANDLE || known_handle(h))
+        return r;
+    return foreign_destroy(h, stream);
+}
+
+CUPOOL_API CUresult cupool_cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return cupool_stream_acquire(phStream, Flags, 0);
+}
+
+CUPOOL_API CUresult cupool_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                      int priority)
+{
+    return cupool_stream_acquire(phStream, flags, priority);
+}
+
+CUPOOL_API CUresult cupool_cuStreamDestroy(CUstream hStream)
+{
+    return destroy(hStream, true);
+}
+
+CUPOOL_API CUresult cupool_cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    return cupool_event_acquire(phEvent, Flags);
+}
+
+CUPOOL_API CUresult cupool_cuEventDestroy(CUevent hEvent)
+{
+    return destroy(hEvent, false);
+}
+
+/* ---- the runtime API ---- */
+
+/* Values of cudaError_t (CUDA 13's driver_types.h). The runtime numbers an error as the
+ * driver does wherever both have it; a CUresult outside this list has no runtime name. */
+static const unsigned short runtime_values[] = {
+    0,   1,   2,   3,   4,   5,   6,   7,   8,   9,   12,  13,  16,  17,  18,  19,  20,  21,
+    22,  23,  24,  25,  26,  27,  28,  31,  32,  34,  35,  36,  37,  43,  44,  45,  46,  49,
+    52,  53,  65,  66,  67,  68,  69,  98,  100, 101, 102, 103, 127, 200, 201, 205, 206, 207,
+    208, 209, 210, 211, 212, 213, 214, 215, 216, 217, 218, 219, 220, 221, 222, 223, 224, 225,
+    226, 300, 301, 302, 303, 304, 400, 401, 402, 500, 600, 700, 701, 702, 703, 704, 705, 708,
+    709, 710, 711, 712, 713, 714, 715, 716, 717, 718, 719, 720, 721, 800, 801, 802, 803, 804,
+    805, 806, 807, 808, 809, 810, 811, 812, 900, 901, 902, 903, 904, 905, 906, 907, 908, 909,
+    910, 911, 912, 913, 914, 915, 999};
+
+CUPOOL_API cudaError_t cupool_runtime_error(CUresult result)
+{
+    size_t lo = 0, hi = sizeof(runtime_values) / sizeof(runtime_values[0]);
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (runtime_values[mid] == (unsigned)result)
+            return (cudaError_t)result;
+        if (runtime_values[mid] < (unsigned)result)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return cudaErrorUnknown;
+}
+
+/* The runtime's first call makes its device's primary context current; with no context
+ * current, so do the wrappers (device 0: the runtime's default device). */
+static CUresult runtime_context(void)
+{
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUcontext ctx = NULL;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+    if (r != CUDA_SUCCESS || ctx)
+        return r;
+    if (!cupool__drv.cuDeviceGet || !cupool__drv.cuDevicePrimaryCtxRetain)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver lacks cuDevicePrimaryCtxRetain");
+    CUdevice dev;
+    r = CUPOOL_DRV(cupool__drv.cuDeviceGet(&dev, 0));
+    if (r == CUDA_SUCCESS)
+        r = CUPOOL_DRV(cupool__drv.cuDevicePrimaryCtxRetain(&ctx, dev));
+    if (r == CUDA_SUCCESS)
+        r = CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(ctx));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "no current context, and device 0's primary context failed");
+    return CUDA_SUCCESS;
+}
+
+CUPOOL_API cudaError_t cupool_cudaStreamCreateWithPriority(cudaStream_t *pStream,
+                                                           unsigned int flags, int priority)
+{
+    if (!pStream)
+        return cudaErrorInvalidValue;
+    CUresult r = runtime_context();
+    if (r == CUDA_SUCCESS)
+        r = cupool_stream_acquire(pStream, flags, priority);
+    return cupool_runtime_error(r);
+}
+
+CUPOOL_API cudaError_t cupool_cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+    return cupool_cudaStreamCreateWithPriority(pStream, flags, 0);
+}
+
+CUPOOL_API cudaError_t cupool_cudaStreamCreate(cudaStream_t *pStream)
+{
+    return cupool_cudaStreamCreateWithPriority(pStream, cudaStreamDefault, 0);
+}
+
+CUPOOL_API cudaError_t cupool_cudaStreamDestroy(cudaStream_t stream)
+{
+    return cupool_runtime_error(destroy(stream, true));
+}
+
+CUPOOL_API cudaError_t cupool_cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+    if (!event)
+        return cudaErrorInvalidValue;
+    CUresult r = runtime_context();
+    if (r == CUDA_SUCCESS)
+        r = cupool_event_acquire(event, flags);
+    return cupool_runtime_error(r);
+}
+
+CUPOOL_API cudaError_t cupool_cudaEventCreate(cudaEvent_t *event)
+{
+    return cupool_cudaEventCreateWithFlags(event, cudaEventDefault);
+}
+
+CUPOOL_API cudaError_t cupool_cudaEventDestroy(cudaEvent_t event)
+{
+    return cupool_runtime_error(destroy(event, false));
+}
+
+/* ---- link level: -Wl,--wrap=NAME routes the program's calls of NAME here ----
+ * The symbol names are the ones programs reference: cuda.h maps cuStreamDestroy and
+ * cuEventDestroy to their _v2 ABIs. */
+
+CUPOOL_API CUresult __wrap_cuStreamCreate(CUstream *phStream, unsigned int Flags);
+CUPOOL_API CUresult __wrap_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                      int priority);
+CUPOOL_API CUresult __wrap_cuStreamDestroy_v2(CUstream hStream);
+CUPOOL_API CUresult __wrap_cuEventCreate(CUevent *phEvent, unsigned int Flags);
+CUPOOL_API CUresult __wrap_cuEventDestroy_v2(CUevent hEvent);
+CUPOOL_API cudaError_t __wrap_cudaStreamCreate(cudaStream_t *pStream);
+CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
+CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithPriority(cudaStream_t *pStream,
+                                                           unsigned int flags, int priority);
+CUPOOL_API cudaError_t __wrap_cudaStreamDestroy(cudaStream_t stream);
+CUPOOL_API cudaError_t __wrap_cudaEventCreate(cudaEvent_t *event);
+CUPOOL_API cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
+CUPOOL_API cudaError_t __wrap_cudaEventDestroy(cudaEvent_t event);
+
+CUPOOL_API CUresult __wrap_cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return cupool_cuStreamCreate(phStream, Flags);
+}
+CUPOOL_API CUresult __wrap_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                      int priority)
+{
+    return cupool_cuStreamCreateWithPriority(phStream, flags, priority);
+}
+CUPOOL_API CUresult __wrap_cuStreamDestroy_v2(CUstream hStream)
+{
+    return cupool_cuStreamDestroy(hStream);
+}
+CUPOOL_API CUresult __wrap_cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    return cupool_cuEventCreate(phEvent, Flags);
+}
+CUPOOL_API CUresult __wrap_cuEventDestroy_v2(CUevent hEvent)
+{
+    return cupool_cuEventDestroy(hEvent);
+}
+CUPOOL_API cudaError_t __wrap_cudaStreamCreate(cudaStream_t *pStream)
+{
+    return cupool_cudaStreamCreate(pStream);
+}
+CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+    return cupool_cudaStreamCreateWithFlags(pStream, flags);
+}
+CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithPriority(cudaStream_t *pStream,
+                                                           unsigned int flags, int priority)
+{
+    return cupool_cudaStreamCreateWithPriority(pStream, flags, priority);
+}
+CUPOOL_API cudaError_t __wrap_cudaStreamDestroy(cudaStream_t stream)
+{
+    return cupool_cudaStreamDestroy(stream);
+}
+CUPOOL_API cudaError_t __wrap_cudaEventCreate(cudaEvent_t *event)
+{
+    return cupool_cudaEventCreate(event);
+}
+CUPOOL_API cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+    return cupool_cudaEventCreateWithFlags(event, flags);
+}
+CUPOOL_API cudaError_t __wrap_cudaEventDestroy(cudaEvent_t event)
+{
+    return cupool_cudaEventDestroy(event);
+}
