@@ -254,6 +254,7 @@ struct spinner {
     pthread_t t;
     CUstream s;
     int launches;
+    int by_hand; /* a graph and exec of its own, launched with cuGraphLaunch: the control */
     pthread_barrier_t *start;
 };
 
@@ -263,9 +264,29 @@ static void *spin_thread(void *arg)
 {
     struct spinner *sp = arg;
     g.cuCtxSetCurrent(bench_ctx);
+    void *args[] = {&spin_ns};
+    if (sp->by_hand) {
+        CUgraph graph;
+        CUgraphNode node;
+        CUgraphExec exec;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        memset(&kp, 0, sizeof kp);
+        kp.func = spin;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        check("cuGraphCreate", g.cuGraphCreate(&graph, 0));
+        check("cuGraphAddKernelNode", g.cuGraphAddKernelNode(&node, graph, NULL, 0, &kp));
+        check("instantiate", g.cuGraphInstantiateWithFlags(&exec, graph, 0));
+        pthread_barrier_wait(sp->start);
+        for (int i = 0; i < sp->launches; i++)
+            check("cuGraphLaunch", g.cuGraphLaunch(exec, sp->s));
+        check("sync", g.cuStreamSynchronize(sp->s));
+        g.cuGraphExecDestroy(exec);
+        g.cuGraphDestroy(graph);
+        return NULL;
+    }
     cupool_pipeline_t p;
     check("pipeline", cupool_pipeline_create(&p));
-    void *args[] = {&spin_ns};
     check("kernel", cupool_pipeline_kernel(p, spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     pthread_barrier_wait(sp->start);
     for (int i = 0; i < sp->launches; i++)
@@ -276,7 +297,7 @@ static void *spin_thread(void *arg)
 }
 
 /* Kernels per second with `threads` threads, each on its own stream. */
-static double throughput(int threads, int launches)
+static double throughput(int threads, int launches, int by_hand)
 {
     struct spinner sp[8];
     pthread_barrier_t start;
@@ -284,6 +305,7 @@ static double throughput(int threads, int launches)
     for (int i = 0; i < threads; i++) {
         check("stream", g.cuStreamCreate(&sp[i].s, CU_STREAM_NON_BLOCKING));
         sp[i].launches = launches;
+        sp[i].by_hand = by_hand;
         sp[i].start = &start;
         pthread_create(&sp[i].t, NULL, spin_thread, &sp[i]);
     }
@@ -376,10 +398,14 @@ int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
 
     int launches = 50;
     cupool_graph_stats_t s0, s1;
-    double one = throughput(1, launches);
+    double one = throughput(1, launches, 0);
     cupool_graph_stats_get(&s0);
-    double eight = throughput(8, launches);
+    double eight = throughput(8, launches, 0);
     cupool_graph_stats_get(&s1);
+    double hand1 = throughput(1, launches, 1), hand8 = throughput(8, launches, 1);
+    printf("by hand (an exec per thread, cuGraphLaunch): 1 stream %.0f kernels/s, 8 threads on "
+           "8 streams %.0f kernels/s (%.2fx)%s\n",
+           hand1, hand8, hand8 / hand1, label);
     printf("one signature, %llu us kernel: 1 stream %.0f kernels/s, 8 threads on 8 streams "
            "%.0f kernels/s (%.2fx; %llu instantiations, %llu nodes updated)%s\n",
            spin_ns / 1000, one, eight, eight / one,
