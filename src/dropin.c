@@ -95,18 +95,16 @@ CUPOOL_API cudaError_t cupool_runtime_error(CUresult result)
 }
 
 /* The runtime's first call makes its device's primary context current; with no context
- * current, so do the wrappers (device 0: the runtime's default device). */
+ * current, so do the wrappers (device 0: the runtime's default device). Called only after an
+ * acquire found no context, so the common path pays nothing for it. */
 static CUresult runtime_context(void)
 {
-    CUresult r = cupool__enter();
-    if (r != CUDA_SUCCESS)
-        return r;
-    CUcontext ctx = NULL;
-    r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
-    if (r != CUDA_SUCCESS || ctx)
-        return r;
     if (!cupool__drv.cuDeviceGet || !cupool__drv.cuDevicePrimaryCtxRetain)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver lacks cuDevicePrimaryCtxRetain");
+    CUcontext ctx = NULL;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+    if (r != CUDA_SUCCESS || ctx)
+        return r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_CONTEXT : r; /* a context, yet refused */
     CUdevice dev;
     r = CUPOOL_DRV(cupool__drv.cuDeviceGet(&dev, 0));
     if (r == CUDA_SUCCESS)
@@ -123,8 +121,8 @@ CUPOOL_API cudaError_t cupool_cudaStreamCreateWithPriority(cudaStream_t *pStream
 {
     if (!pStream)
         return cudaErrorInvalidValue;
-    CUresult r = runtime_context();
-    if (r == CUDA_SUCCESS)
+    CUresult r = cupool_stream_acquire(pStream, flags, priority);
+    if (r == CUDA_ERROR_INVALID_CONTEXT && runtime_context() == CUDA_SUCCESS)
         r = cupool_stream_acquire(pStream, flags, priority);
     return cupool_runtime_error(r);
 }
@@ -148,8 +146,8 @@ CUPOOL_API cudaError_t cupool_cudaEventCreateWithFlags(cudaEvent_t *event, unsig
 {
     if (!event)
         return cudaErrorInvalidValue;
-    CUresult r = runtime_context();
-    if (r == CUDA_SUCCESS)
+    CUresult r = cupool_event_acquire(event, flags);
+    if (r == CUDA_ERROR_INVALID_CONTEXT && runtime_context() == CUDA_SUCCESS)
         r = cupool_event_acquire(event, flags);
     return cupool_runtime_error(r);
 }

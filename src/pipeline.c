@@ -546,6 +546,7 @@ struct gentry {
     _Atomic int busy;
     _Atomic uint64_t last_use; /* cache_clock when last launched: eviction order */
     uint64_t evict_pass;       /* the eviction pass that last failed to evict it */
+    bool published;            /* it has been in the table (a thread's slot may name it) */
     struct gentry *free_next;
     uint64_t hash;
     unsigned long long ctx_id;
@@ -745,7 +746,8 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 /* Frees an entry that is out of the table and the LRU list. Cache lock held. */
 static void entry_free_as(struct gentry *e, bool alive)
 {
-    atomic_fetch_add(&cache_epoch, 1);
+    if (e->published) /* a thread's slot may name it */
+        atomic_fetch_add(&cache_epoch, 1);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
     if (alive && e->graph)
@@ -779,6 +781,8 @@ static void entry_unlink(struct gentry *e)
  * would leak: it stays, and a later eviction tries again). Lock held. */
 static bool entry_evict(struct gentry *e)
 {
+    if (atomic_load(&e->busy))
+        return false; /* plainly in use: no need to disturb the lock-free claims */
     /* the epoch first, then the pin count: a lock-free claim pins, then checks the epoch */
     atomic_fetch_add(&cache_epoch, 1);
     if (atomic_load(&e->busy))
@@ -1095,6 +1099,16 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
     return NULL; /* all busy or running: the caller uses a new exec once */
 }
 
+/* Same kernel launch, argument values aside? Field by field: the layout pointer (info) may
+ * differ for the same function once cupool_trim() has dropped the learnt layouts. */
+static bool kernel_same(const struct pnode *n, const struct pnode *o)
+{
+    return n->u.k.fn == o->u.k.fn && n->u.k.shmem == o->u.k.shmem &&
+           n->u.k.arg_off == o->u.k.arg_off &&
+           memcmp(n->u.k.grid, o->u.k.grid, sizeof n->u.k.grid) == 0 &&
+           memcmp(n->u.k.block, o->u.k.block, sizeof n->u.k.block) == 0;
+}
+
 /* Updates the nodes of x that differ from the pipeline. Returns false if the driver refused. */
 static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
                         uint64_t *updated, bool *unchanged)
@@ -1118,7 +1132,7 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
         switch (n->type) {
         case PN_KERNEL: {
             const struct fninfo *fi = n->u.k.info;
-            if (memcmp(&n->u.k, &o->u.k, sizeof n->u.k) == 0 &&
+            if (kernel_same(n, o) &&
                 (!fi->bytes || memcmp(p->args + n->u.k.arg_off, x->snap_args + o->u.k.arg_off,
                                       fi->bytes) == 0))
                 continue;
@@ -1371,6 +1385,7 @@ static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgra
         e->hnext = buckets[e->hash % BUCKETS];
         buckets[e->hash % BUCKETS] = e;
         list_push(e);
+        e->published = true;
         *x = e->execs[0]; /* owned since its instantiation */
     } else {
         if (graph) {

@@ -597,6 +597,29 @@ START_TEST(trim_during_repeat_launches)
 }
 END_TEST
 
+/* Kernel layouts are learnt again after cupool_trim(): identical nodes described before and
+ * after it are still identical (nothing to update). */
+START_TEST(identical_nodes_across_a_trim_need_no_update)
+{
+    cupool_pipeline_t p, q;
+    TU_OK(cupool_pipeline_create(&p));
+    TU_OK(cupool_pipeline_create(&q));
+    fill_chain(p, 3, 3, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    TU_OK(cupool_trim());
+    fill_chain(q, 3, 3, 1, 0); /* same structure and arguments, new layouts */
+    for (int i = 0; i < 10; i++) {
+        TU_OK(cupool_pipeline_launch(i % 2 ? p : q, s1));
+    }
+    ck_assert_uint_eq(counter(3), 11 * 3);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.nodes_updated, 0);
+    ck_assert_uint_eq(st.updates, 0);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_pipeline_destroy(q));
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -701,6 +724,7 @@ int main(void)
     tcase_add_test(tc, capture_update_race_keeps_each_callers_arguments);
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, trim_during_repeat_launches);
+    tcase_add_test(tc, identical_nodes_across_a_trim_need_no_update);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
     tcase_add_test(env, eviction_keeps_results_right);
