@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#if defined(CUPOOL_BUILDING) && defined(__GNUC__)
+#if defined(CUPOOL_BUILDING) && !defined(CUPOOL_BUILDING_PRELOAD) && defined(__GNUC__)
 #define CUPOOL_API __attribute__((visibility("default")))
 #else
 #define CUPOOL_API

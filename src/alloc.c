@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(CUPOOL_HAVE_JEMALLOC) && defined(PIC)
+#if defined(CUPOOL_HAVE_JEMALLOC) && defined(PIC) && !defined(CUPOOL_BUILDING_PRELOAD)
 #define CUPOOL_USE_JEMALLOC 1
 #include <dlfcn.h>
 #include <jemalloc/jemalloc.h>

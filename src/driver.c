@@ -92,6 +92,9 @@ CUresult cupool__driver_load(const char *path, char *msg, size_t msglen)
         cupool__drv.name = NULL;
     CUPOOL_DRIVER_OPTIONAL(X)
 #undef X
+#ifdef CUPOOL_BUILDING_PRELOAD
+    cupool__preload_own_entries(h);
+#endif
     msg[0] = '\0';
     r = cupool__drv.cuDriverGetVersion(&cupool__drv.version);
     if (r != CUDA_SUCCESS) {

@@ -110,4 +110,12 @@ void cupool__driver_unload(void);
 /* cupool_driver_get_proc() behind the public checks. */
 CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn);
 
+#ifdef CUPOOL_BUILDING_PRELOAD
+/* The preload exports the driver's stream and event names, so a driver whose
+ * cuGetProcAddress hands out addresses bound through its symbol table (interposable) may hand
+ * cupool the preload's own functions: they are replaced by the driver library's definitions
+ * (src/preload.c). */
+void cupool__preload_own_entries(void *driver_handle);
+#endif
+
 #endif

@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * An ordinary CUDA program that knows nothing of cupool: it loads the driver itself, as the
+ * CUDA runtime and cuda-python do (dlopen, dlsym of cuGetProcAddress_v2, then
+ * cuGetProcAddress for each entry point), or resolves entry points with dlsym directly, and
+ * creates and destroys streams and events in a loop, using each one. check_preload runs it
+ * with and without libcupool_preload.so.
+ *
+ *   preload_prog MODE N    MODE: gpa (cuGetProcAddress) or dlsym; N: pairs
+ * Prints "pairs N ns P driver-creates C" (C: streams the driver created, simulated driver
+ * only, else -1) and exits 0 when every call behaved as the driver's.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static CUresult (*p_cuInit)(unsigned);
+static CUresult (*p_cuDeviceGet)(CUdevice *, int);
+static CUresult (*p_cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+static CUresult (*p_cuCtxSetCurrent)(CUcontext);
+static CUresult (*p_cuStreamCreate)(CUstream *, unsigned);
+static CUresult (*p_cuStreamDestroy)(CUstream);
+static CUresult (*p_cuEventCreate)(CUevent *, unsigned);
+static CUresult (*p_cuEventDestroy)(CUevent);
+static CUresult (*p_cuEventRecord)(CUevent, CUstream);
+static CUresult (*p_cuStreamSynchronize)(CUstream);
+static CUresult (*p_cuStreamGetFlags)(CUstream, unsigned *);
+
+static int failures;
+#define OK(call)                                                                             \
+    do {                                                                                     \
+        CUresult r_ = (call);                                                                \
+        if (r_ != CUDA_SUCCESS) {                                                            \
+            fprintf(stderr, "preload_prog: %s = %d\n", #call, (int)r_);                      \
+            failures++;                                                                      \
+        }                                                                                    \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "gpa";
+    int n = argc > 2 ? atoi(argv[2]) : 1000;
+    const char *path = getenv("CUPOOL_DRIVER_PATH");
+    void *h = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "preload_prog: no driver: %s\n", dlerror());
+        return 77;
+    }
+    CUresult (*gpa)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    *(void **)&gpa = dlsym(h, "cuGetProcAddress_v2");
+    if (!gpa)
+        return 77;
+#define GET(name, v)                                                                         \
+    if (!strcmp(mode, "dlsym"))                                                              \
+        *(void **)&p_##name = dlsym(h, #name);                                               \
+    else                                                                                     \
+        OK(gpa(#name, (void **)&p_##name, v, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
+    GET(cuInit, 2000)
+    GET(cuDeviceGet, 2000)
+    GET(cuDevicePrimaryCtxRetain, 7000)
+    GET(cuCtxSetCurrent, 4000)
+    GET(cuStreamCreate, 2000)
+    GET(cuEventCreate, 2000)
+    GET(cuEventRecord, 2000)
+    GET(cuStreamSynchronize, 2000)
+    GET(cuStreamGetFlags, 5050)
+    if (!strcmp(mode, "dlsym")) { /* the ABI names, as cuda.h maps them */
+        *(void **)&p_cuStreamDestroy = dlsym(h, "cuStreamDestroy_v2");
+        *(void **)&p_cuEventDestroy = dlsym(h, "cuEventDestroy_v2");
+    } else {
+        OK(gpa("cuStreamDestroy", (void **)&p_cuStreamDestroy, 4000, 0, NULL));
+        OK(gpa("cuEventDestroy", (void **)&p_cuEventDestroy, 4000, 0, NULL));
+    }
+    if (failures || !p_cuInit || !p_cuStreamCreate || !p_cuStreamDestroy || !p_cuEventDestroy)
+        return 1;
+    if (p_cuInit(0) != CUDA_SUCCESS)
+        return 77;
+    CUdevice dev;
+    CUcontext ctx;
+    OK(p_cuDeviceGet(&dev, 0));
+    OK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
+    OK(p_cuCtxSetCurrent(ctx));
+    /* RTLD_NEXT still means "after the caller": malloc is libc's */
+    if (dlsym(RTLD_NEXT, "malloc") != dlsym(RTLD_DEFAULT, "malloc")) {
+        fprintf(stderr, "preload_prog: dlsym(RTLD_NEXT, malloc) is not libc's malloc\n");
+        failures++;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++) {
+        CUstream s;
+        OK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        OK(p_cuStreamDestroy(s));
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ns = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / n;
+    for (int i = 0; i < 10; i++) { /* each one works as the driver's */
+        CUstream s;
+        CUevent e;
+        unsigned flags = 99;
+        OK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        OK(p_cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+        OK(p_cuStreamGetFlags(s, &flags));
+        if (flags != CU_STREAM_NON_BLOCKING)
+            failures++;
+        OK(p_cuEventRecord(e, s));
+        OK(p_cuStreamSynchronize(s));
+        OK(p_cuEventDestroy(e));
+        OK(p_cuStreamDestroy(s));
+    }
+    unsigned long (*calls)(const char *);
+    *(void **)&calls = dlsym(h, "fakecuda_calls");
+    long creates = calls ? (long)(calls("cuStreamCreate") + calls("cuStreamCreateWithPriority")) : -1;
+    printf("pairs %d ns %.1f driver-creates %ld\n", n, ns, creates);
+    return failures ? 1 : 0;
+}
