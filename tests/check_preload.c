@@ -51,12 +51,13 @@ static void sanitizer_runtime(char *buf, size_t len)
         fclose(f);
 }
 
-/* Runs preload_prog MODE N, with the preload when `preload`, plus env settings. */
-static struct outcome run(const char *mode, int n, int preload, const char *env1)
+/* Runs tests/PROGRAM MODE N, with the preload when `preload`, plus env settings. */
+static struct outcome run_prog(const char *program, const char *mode, int n, int preload,
+                               const char *env1)
 {
     struct outcome o;
     char prog[4096], lib[4096], count[16], pre[4096];
-    snprintf(prog, sizeof prog, "%s/tests/preload_prog", builddir());
+    snprintf(prog, sizeof prog, "%s/tests/%s", builddir(), program);
     snprintf(lib, sizeof lib, "%s/.libs/libcupool_preload.so", builddir());
     snprintf(count, sizeof count, "%d", n);
     sanitizer_runtime(pre, sizeof pre);
@@ -88,8 +89,13 @@ static struct outcome run(const char *mode, int n, int preload, const char *env1
     fclose(err);
     if (o.status == 77 && !tu_fake.present)
         exit(77); /* no GPU answers */
-    ck_assert_msg(o.status == 0, "preload_prog %s exited %d: %s", mode, o.status, o.err);
+    ck_assert_msg(o.status == 0, "%s %s exited %d: %s", program, mode, o.status, o.err);
     return o;
+}
+
+static struct outcome run(const char *mode, int n, int preload, const char *env1)
+{
+    return run_prog("preload_prog", mode, n, preload, env1);
 }
 
 static long driver_creates(const struct outcome *o)
@@ -171,6 +177,31 @@ START_TEST(disabled_preload_passes_everything_through)
 }
 END_TEST
 
+#ifdef CUPOOL_TEST_HAVE_CUDART
+/* Programs on the CUDA runtime, shared and static (real driver: the runtime needs NVIDIA's). */
+static void runtime_program(const char *program)
+{
+    struct outcome o = run_prog(program, "", 0, 1, NULL);
+    ck_assert_msg(strstr(o.out, "preload_rt: ok") != NULL, "%s: %s", o.out, o.err);
+    long acquires, creates;
+    stream_stats(&o, &acquires, &creates);
+    ck_assert_msg(acquires >= 1000, "acquires %ld in: %s", acquires, o.err);
+    ck_assert_int_le(creates, 2); /* 1000 loop streams from one or two driver streams */
+}
+
+START_TEST(shared_runtime_program)
+{
+    runtime_program("preload_rt_shared");
+}
+END_TEST
+
+START_TEST(static_runtime_program)
+{
+    runtime_program("preload_rt_static");
+}
+END_TEST
+#endif
+
 int main(void)
 {
     Suite *s = suite_create("preload");
@@ -182,5 +213,15 @@ int main(void)
     tcase_add_test(tc, without_preload_nothing_changes);
     tcase_add_test(tc, disabled_preload_passes_everything_through);
     suite_add_tcase(s, tc);
+#ifdef CUPOOL_TEST_HAVE_CUDART
+    if (tu_real()) {
+        TCase *rt = tcase_create("runtime");
+        tcase_add_checked_fixture(rt, setup, NULL);
+        tcase_set_timeout(rt, 120);
+        tcase_add_test(rt, shared_runtime_program);
+        tcase_add_test(rt, static_runtime_program);
+        suite_add_tcase(s, rt);
+    }
+#endif
     return tu_run(s);
 }
