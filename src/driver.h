@@ -116,6 +116,8 @@ CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn);
  * cupool the preload's own functions: they are replaced by the driver library's definitions
  * (src/preload.c). */
 void cupool__preload_own_entries(void *driver_handle);
+/* The file of the driver the program looked cuGetProcAddress up in, or NULL. */
+const char *cupool__preload_driver_hint(void);
 #endif
 
 #endif

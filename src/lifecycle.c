@@ -261,7 +261,14 @@ static void init_attempt(void)
         cupool__membarrier_register();
         pthread_atfork(NULL, NULL, at_fork_child);
     }
-    init_result = cupool__driver_load(cupool__cfg.driver_path, init_message, sizeof(init_message));
+    const char *path = cupool__cfg.driver_path;
+#ifdef CUPOOL_BUILDING_PRELOAD
+    /* the preload, with no CUPOOL_DRIVER_PATH given: the driver the program itself opened */
+    const char *hint = cupool__preload_driver_hint();
+    if (hint && strcmp(path, "libcuda.so.1") == 0)
+        path = hint;
+#endif
+    init_result = cupool__driver_load(path, init_message, sizeof(init_message));
     if (init_result != CUDA_SUCCESS) {
         init_permanent = init_failure_is_permanent(init_result);
         cupool__log(CUPOOL_LOG_INFO, "%s%s", init_message,

@@ -117,6 +117,28 @@ static gpa1_fn gpa1(void)
     return f;
 }
 
+static char driver_file[4096];
+static _Atomic int driver_file_set;
+
+const char *cupool__preload_driver_hint(void)
+{
+    return atomic_load_explicit(&driver_file_set, CUPOOL_ACQUIRE) == 2 ? driver_file : NULL;
+}
+
+/* Remembers the library a program found cuGetProcAddress in: cupool then loads that driver
+ * unless CUPOOL_DRIVER_PATH names one. First one wins. */
+static void note_driver(const void *sym)
+{
+    Dl_info di;
+    int unset = 0;
+    if (atomic_load_explicit(&driver_file_set, CUPOOL_RELAXED) != 0 || !dladdr(sym, &di) ||
+        !di.dli_fname || !di.dli_fname[0] || strlen(di.dli_fname) >= sizeof(driver_file) ||
+        !atomic_compare_exchange_strong(&driver_file_set, &unset, 1))
+        return;
+    strcpy(driver_file, di.dli_fname);
+    atomic_store_explicit(&driver_file_set, 2, CUPOOL_RELEASE);
+}
+
 void cupool__preload_own_entries(void *h)
 {
     init();
@@ -259,10 +281,13 @@ EXPORT void *dlsym(void *handle, const char *name)
     if (!r || pass_through || name[0] != 'c' || name[1] != 'u' || is_self(caller) ||
         same_object(caller, r))
         return r; /* a library looking up its own symbol (the driver) is not redirected */
-    if (!strcmp(name, "cuGetProcAddress_v2"))
+    if (!strcmp(name, "cuGetProcAddress_v2")) {
         atomic_store_explicit(&real_gpa2, (gpa2_fn)r, CUPOOL_RELAXED);
-    else if (!strcmp(name, "cuGetProcAddress"))
+        note_driver(r);
+    } else if (!strcmp(name, "cuGetProcAddress")) {
         atomic_store_explicit(&real_gpa1, (gpa1_fn)r, CUPOOL_RELAXED);
+        note_driver(r);
+    }
     void *mine = substitute(name, 12000);
     if (!mine)
         mine = substitute_runtime(name);

@@ -546,7 +546,6 @@ END_TEST
 
 /* Repeat launches (claimed without the cache lock) on several threads while another thread
  * trims the cache (freeing entries, execs and, after a grace period, their structs). */
-static _Atomic int trimming;
 
 static void *repeat_launcher(void *arg)
 {

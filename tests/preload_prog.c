@@ -44,7 +44,9 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "gpa";
     int n = argc > 2 ? atoi(argv[2]) : 1000;
-    const char *path = getenv("CUPOOL_DRIVER_PATH");
+    const char *path = getenv("PRELOAD_PROG_DRIVER"); /* a driver cupool is not told of */
+    if (!path)
+        path = getenv("CUPOOL_DRIVER_PATH");
     void *h = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         fprintf(stderr, "preload_prog: no driver: %s\n", dlerror());

@@ -3,10 +3,10 @@
  * fakecuda: a simulated CUDA driver library for cupool's tests and for running cupool on
  * machines without a GPU.
  *
- * libfakecuda.so exports the driver API subset cupool and its tests use, both by name and
+ * fakecuda.so exports the driver API subset cupool and its tests use, both by name and
  * through cuGetProcAddress_v2, so an ordinary driver-API program runs on it unchanged when it
- * is loaded as the driver (CUPOOL_DRIVER_PATH, or LD_LIBRARY_PATH holding its libcuda.so.1
- * link). It reproduces what the real driver showed on an H200 (driver 580.159, CUDA 13.0):
+ * is loaded as the driver: through cupool (CUPOOL_DRIVER_PATH), or, for a program linked with
+ * -lcuda, through a libcuda.so.1 symbolic link to it in a directory on LD_LIBRARY_PATH. It reproduces what the real driver showed on an H200 (driver 580.159, CUDA 13.0):
  *  - stream handles are reused: a stream created right after a destroy gets the same pointer;
  *    event handles are not reused right away;
  *  - after cuDevicePrimaryCtxReset (or the release of its last reference, which destroys it)
@@ -42,7 +42,7 @@
  *   FAKECUDA_DRIVER_VERSION=N     what cuDriverGetVersion reports (default 13000)
  *   FAKECUDA_HIDE=name[,name...]  cuGetProcAddress reports these base names as not found
  *   FAKECUDA_TEARDOWN_AT_EXIT=1   see fakecuda_teardown()
- * The control functions below are exported by libfakecuda.so; tests reach them with dlsym()
+ * The control functions below are exported by fakecuda.so; tests reach them with dlsym()
  * on the driver library, so the same tests run against the real driver (where they are absent).
  */
 #ifndef FAKECUDA_H
