@@ -5,16 +5,16 @@
  * -lcupool. It defines object-like macros, so calls and function-pointer uses alike are
  * routed:
  *
- *   cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy, cuEventCreate,
- *   cuEventDestroy                                  -> cupool_cu* (cupool.h)
+ *   cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy(_v2), cuEventCreate,
+ *   cuEventDestroy(_v2)                             -> cupool_cu* (cupool.h)
  *   cudaStreamCreate, cudaStreamCreateWithFlags, cudaStreamCreateWithPriority,
  *   cudaStreamDestroy, cudaEventCreate, cudaEventCreateWithFlags,
  *   cudaEventDestroy                                -> cupool_cuda* (cupool_runtime.h)
  *
  * The runtime names are routed only when the CUDA runtime header came first (its include
  * guard __CUDA_RUNTIME_API_H__ is defined) or CUPOOL_COMPAT_RUNTIME is defined. Define
- * CUPOOL_COMPAT_NO_DRIVER or CUPOOL_COMPAT_NO_RUNTIME to leave one API alone. Including a CUDA
- * header after this one is an error (it would declare the cupool names with CUDA's types).
+ * CUPOOL_COMPAT_NO_DRIVER or CUPOOL_COMPAT_NO_RUNTIME to leave one API alone. Include the CUDA
+ * headers first: a runtime header included after this one is not routed (silently).
  *
  * In C++, cuda_runtime.h's overload cudaEventCreate(event, flags) keeps working: an overload
  * of cupool_cudaEventCreate with the same arguments is provided.
@@ -34,6 +34,10 @@
 #define cuStreamDestroy cupool_cuStreamDestroy
 #define cuEventCreate cupool_cuEventCreate
 #define cuEventDestroy cupool_cuEventDestroy
+#undef cuStreamDestroy_v2
+#undef cuEventDestroy_v2
+#define cuStreamDestroy_v2 cupool_cuStreamDestroy /* the ABI names, when written out */
+#define cuEventDestroy_v2 cupool_cuEventDestroy
 #endif
 
 #if !defined(CUPOOL_COMPAT_NO_RUNTIME) &&                                                    \

@@ -19,35 +19,68 @@ static bool known_handle(const void *h)
     return cupool__reg_read(cupool__tl, h) != NULL;
 }
 
+/* The process is exiting: cupool itself calls the driver no more, but the caller's own call
+ * would have reached the driver, so the wrappers make it unguarded, as the replaced call
+ * would (an exit handler that outlives the driver fails as it would have without cupool). */
+static bool exiting(void)
+{
+    return cupool__state_now() == CUPOOL_ST_EXITING && cupool__drv.cuStreamCreateWithPriority;
+}
+
 /* The driver's destroy of a handle cupool never handed out. */
 static CUresult foreign_destroy(const void *h, bool stream)
 {
     if (stream ? !cupool__drv.cuStreamDestroy : !cupool__drv.cuEventDestroy)
         return CUDA_ERROR_NOT_INITIALIZED;
+    if (exiting())
+        return stream ? cupool__drv.cuStreamDestroy((CUstream)(uintptr_t)h)
+                      : cupool__drv.cuEventDestroy((CUevent)(uintptr_t)h);
     return stream ? CUPOOL_DRV(cupool__drv.cuStreamDestroy((CUstream)(uintptr_t)h))
                   : CUPOOL_DRV(cupool__drv.cuEventDestroy((CUevent)(uintptr_t)h));
 }
 
-/* Release if cupool's, else the driver's destroy; a known handle that will not release (a
- * double destroy) is an error, never passed to the driver. */
+/* Release if cupool's; a handle the registry does not know goes to the driver's destroy. A
+ * known handle that will not release (a double or crossed destroy) is an error, never passed
+ * to the driver. Once cupool has destroyed an idle handle itself (trim, idle bounds) its value
+ * is unknown again, and a late destroy reaches the driver, as it would without cupool. */
 static CUresult destroy(const void *h, bool stream)
 {
-    CUresult r = stream ? cupool_stream_release((CUstream)(uintptr_t)h)
-                        : cupool_event_release((CUevent)(uintptr_t)h);
-    if (r != CUDA_ERROR_INVALID_HANDLE || known_handle(h))
-        return r;
-    return foreign_destroy(h, stream);
+    if (!exiting()) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    if (h && !known_handle(h))
+        return foreign_destroy(h, stream);
+    return stream ? cupool_stream_release((CUstream)(uintptr_t)h)
+                  : cupool_event_release((CUevent)(uintptr_t)h);
+}
+
+static CUresult stream_create(CUstream *s, unsigned int flags, int priority)
+{
+    CUresult r = cupool_stream_acquire(s, flags, priority);
+    if (r == CUDA_ERROR_DEINITIALIZED && s && exiting())
+        r = cupool__drv.cuStreamCreateWithPriority(s, flags, priority);
+    return r;
+}
+
+static CUresult event_create(CUevent *e, unsigned int flags)
+{
+    CUresult r = cupool_event_acquire(e, flags);
+    if (r == CUDA_ERROR_DEINITIALIZED && e && exiting())
+        r = cupool__drv.cuEventCreate(e, flags);
+    return r;
 }
 
 CUPOOL_API CUresult cupool_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    return cupool_stream_acquire(phStream, Flags, 0);
+    return stream_create(phStream, Flags, 0);
 }
 
 CUPOOL_API CUresult cupool_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
                                                       int priority)
 {
-    return cupool_stream_acquire(phStream, flags, priority);
+    return stream_create(phStream, flags, priority);
 }
 
 CUPOOL_API CUresult cupool_cuStreamDestroy(CUstream hStream)
@@ -57,7 +90,7 @@ CUPOOL_API CUresult cupool_cuStreamDestroy(CUstream hStream)
 
 CUPOOL_API CUresult cupool_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    return cupool_event_acquire(phEvent, Flags);
+    return event_create(phEvent, Flags);
 }
 
 CUPOOL_API CUresult cupool_cuEventDestroy(CUevent hEvent)
@@ -121,9 +154,9 @@ CUPOOL_API cudaError_t cupool_cudaStreamCreateWithPriority(cudaStream_t *pStream
 {
     if (!pStream)
         return cudaErrorInvalidValue;
-    CUresult r = cupool_stream_acquire(pStream, flags, priority);
+    CUresult r = stream_create(pStream, flags, priority);
     if (r == CUDA_ERROR_INVALID_CONTEXT && runtime_context() == CUDA_SUCCESS)
-        r = cupool_stream_acquire(pStream, flags, priority);
+        r = stream_create(pStream, flags, priority);
     return cupool_runtime_error(r);
 }
 
@@ -146,9 +179,9 @@ CUPOOL_API cudaError_t cupool_cudaEventCreateWithFlags(cudaEvent_t *event, unsig
 {
     if (!event)
         return cudaErrorInvalidValue;
-    CUresult r = cupool_event_acquire(event, flags);
+    CUresult r = event_create(event, flags);
     if (r == CUDA_ERROR_INVALID_CONTEXT && runtime_context() == CUDA_SUCCESS)
-        r = cupool_event_acquire(event, flags);
+        r = event_create(event, flags);
     return cupool_runtime_error(r);
 }
 

@@ -43,7 +43,9 @@ typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t,
                             CUdriverProcAddressQueryResult *);
 
-static void *(*real_dlsym)(void *, const char *);
+/* libc's dlsym; read by the dlsym entry stub below, hence not static */
+__attribute__((visibility("hidden"))) void *(*cupool__real_dlsym)(void *, const char *);
+#define real_dlsym cupool__real_dlsym
 static _Atomic(gpa1_fn) real_gpa1;
 static _Atomic(gpa2_fn) real_gpa2;
 static bool pass_through;
@@ -61,6 +63,12 @@ static void preload_init(void)
 static inline void init(void)
 {
     pthread_once(&once, preload_init);
+}
+
+/* Early, so that the dlsym stub has libc's dlsym before the program's code runs. */
+__attribute__((constructor)) static void preload_ctor(void)
+{
+    init();
 }
 
 static bool same_object(const void *a, const void *b);
@@ -243,43 +251,54 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
     return r;
 }
 
-/* dlsym: a driver library's cuGetProcAddress, or one of the substituted names, comes back as
- * this library's. RTLD_NEXT is resolved from the caller's position, as glibc would. */
-static void *next_after(const void *caller, const char *name)
+/* Does addr lie in a library with cupool inside (libcupool.so)? Its driver lookups must reach
+ * the driver, not this library's pool. The last answer is kept. */
+static bool in_cupool_library(const void *addr)
 {
-    Dl_info ci;
-    if (!dladdr(caller, &ci))
-        return real_dlsym(RTLD_NEXT, name);
-    struct link_map *m = NULL;
-    void *self = dlopen(ci.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-    if (!self)
-        return real_dlsym(RTLD_NEXT, name);
-    dlinfo(self, RTLD_DI_LINKMAP, &m);
-    void *found = NULL;
-    for (m = m ? m->l_next : NULL; m && !found; m = m->l_next) {
-        void *h = dlopen(m->l_name[0] ? m->l_name : NULL, RTLD_NOW | RTLD_NOLOAD);
-        if (!h)
-            continue;
-        found = real_dlsym(h, name);
-        Dl_info fi; /* only a definition in that very object counts */
-        if (found && (!dladdr(found, &fi) || fi.dli_fbase != (void *)m->l_addr) &&
-            m->l_addr != 0)
-            found = NULL;
+    static _Atomic(const void *) last_base;
+    static _Atomic int last_answer;
+    Dl_info di;
+    if (!dladdr(addr, &di) || !di.dli_fname)
+        return false;
+    if (atomic_load_explicit(&last_base, CUPOOL_ACQUIRE) == di.dli_fbase)
+        return atomic_load_explicit(&last_answer, CUPOOL_RELAXED);
+    bool yes = false;
+    void *h = dlopen(di.dli_fname[0] ? di.dli_fname : NULL, RTLD_NOW | RTLD_NOLOAD);
+    if (h) {
+        void *v = real_dlsym(h, "cupool_version");
+        yes = v && same_object(v, addr);
         dlclose(h);
     }
-    dlclose(self);
-    return found;
+    atomic_store_explicit(&last_answer, yes, CUPOOL_RELAXED);
+    atomic_store_explicit(&last_base, di.dli_fbase, CUPOOL_RELEASE);
+    return yes;
 }
 
-EXPORT void *dlsym(void *handle, const char *name)
+/* The ABI a dlsym name stands for: each name is its own ABI (no version to choose by). */
+static void *substitute_by_name(const char *name)
+{
+    if (!strcmp(name, "cuGetProcAddress"))
+        return (void *)cuGetProcAddress;
+    return substitute(name, 12000);
+}
+
+/* dlsym: a driver library's cuGetProcAddress, or one of the substituted names, comes back as
+ * this library's. The exported entry is a stub (below) that sends RTLD_NEXT lookups straight
+ * to libc's dlsym with the caller's return address intact, so RTLD_NEXT keeps meaning "after
+ * the caller" (glibc finds the caller from it), and nothing here runs, allocates or
+ * substitutes for them. Everything else comes here. */
+__attribute__((visibility("hidden"), used)) void *cupool__preload_dlsym(void *handle,
+                                                                        const char *name);
+__attribute__((visibility("hidden"), used)) void *cupool__preload_dlsym(void *handle,
+                                                                        const char *name)
 {
     init();
     if (!real_dlsym)
         return NULL;
     const void *caller = __builtin_return_address(0);
-    void *r = handle == RTLD_NEXT ? next_after(caller, name) : real_dlsym(handle, name);
-    if (!r || pass_through || name[0] != 'c' || name[1] != 'u' || is_self(caller) ||
-        same_object(caller, r))
+    void *r = real_dlsym(handle, name);
+    if (!r || pass_through || handle == RTLD_NEXT || name[0] != 'c' || name[1] != 'u' ||
+        is_self(caller) || same_object(caller, r) || in_cupool_library(caller))
         return r; /* a library looking up its own symbol (the driver) is not redirected */
     if (!strcmp(name, "cuGetProcAddress_v2")) {
         atomic_store_explicit(&real_gpa2, (gpa2_fn)r, CUPOOL_RELAXED);
@@ -288,11 +307,45 @@ EXPORT void *dlsym(void *handle, const char *name)
         atomic_store_explicit(&real_gpa1, (gpa1_fn)r, CUPOOL_RELAXED);
         note_driver(r);
     }
-    void *mine = substitute(name, 12000);
+    void *mine = substitute_by_name(name);
     if (!mine)
         mine = substitute_runtime(name);
     return mine ? mine : r;
 }
+
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        "    cmpq $-1, %rdi\n" /* RTLD_NEXT */
+        "    jne 1f\n"
+        "    movq cupool__real_dlsym(%rip), %rax\n"
+        "    testq %rax, %rax\n"
+        "    jz 1f\n"
+        "    jmp *%rax\n"
+        "1:  jmp cupool__preload_dlsym\n"
+        ".size dlsym, .-dlsym\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, %function\n"
+        "dlsym:\n"
+        "    cmn x0, #1\n" /* RTLD_NEXT */
+        "    b.ne 1f\n"
+        "    adrp x16, cupool__real_dlsym\n"
+        "    ldr x16, [x16, :lo12:cupool__real_dlsym]\n"
+        "    cbz x16, 1f\n"
+        "    br x16\n"
+        "1:  b cupool__preload_dlsym\n"
+        ".size dlsym, .-dlsym\n");
+#else
+/* elsewhere RTLD_NEXT lookups through the preload are resolved from its own position */
+EXPORT void *dlsym(void *handle, const char *name)
+{
+    return cupool__preload_dlsym(handle, name);
+}
+#endif
 
 /* ---- driver names, for programs linked with libcuda ---- */
 

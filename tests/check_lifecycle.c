@@ -119,6 +119,15 @@ START_TEST(release_after_driver_teardown)
 }
 END_TEST
 
+START_TEST(dropin_calls_from_an_exit_handler)
+{
+    struct outcome o = run_child("dropin-at-exit", NULL);
+    if (o.status == 77 && tu_real())
+        return; /* no GPU answers */
+    EXPECT_QUIET_EXIT(o, 0, "drop-in create and destroy from an exit handler");
+}
+END_TEST
+
 START_TEST(release_from_cxx_static_destructor)
 {
     struct outcome o = run_child("cxx-static", NULL);
@@ -213,6 +222,7 @@ int main(void)
     tcase_add_test(tc, exit_from_worker_while_others_acquire);
     tcase_add_test(tc, quick_exit_);
     tcase_add_test(tc, release_after_driver_teardown);
+    tcase_add_test(tc, dropin_calls_from_an_exit_handler);
 #ifdef CUPOOL_TEST_HAVE_CXX
     tcase_add_test(tc, release_from_cxx_static_destructor);
 #else

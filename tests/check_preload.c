@@ -74,6 +74,9 @@ static struct outcome run_prog(const char *program, const char *mode, int n, int
             setenv("LD_PRELOAD", v, 1);
         }
         setenv("CUPOOL_STATS", "stderr", 1);
+        char next[4096];
+        snprintf(next, sizeof next, "%s/tests/.libs/preload_next.so", builddir());
+        setenv("PRELOAD_PROG_NEXT_LIB", next, 1);
         if (env1 && env1[0] == '!') { /* "!NAME": NAME unset, its value kept for the program */
             const char *v = getenv(env1 + 1);
             if (v)

@@ -315,6 +315,21 @@ static int forked(const char *self)
     return failures ? 1 : 0;
 }
 
+/* An exit handler registered after the program's own cuInit but before cupool's first use
+ * runs after cupool's exit handler: a drop-in create and destroy there must still reach the
+ * driver, as the replaced calls would. */
+static void dropin_atexit(void)
+{
+    CUstream s = NULL;
+    CUresult r = cupool_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    CUresult d = r == CUDA_SUCCESS ? cupool_cuStreamDestroy(s) : r;
+    if (r != CUDA_SUCCESS || d != CUDA_SUCCESS) {
+        fprintf(stderr, "lifecycle_child: drop-in create %d, destroy %d in an exit handler\n",
+                (int)r, (int)d);
+        _exit(3);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *how = argc > 1 ? argv[1] : "";
@@ -358,12 +373,24 @@ int main(int argc, char **argv)
         EXPECT(cupool_stream_pool_release(spool, held_pool_stream, 0), CUDA_SUCCESS);
         return failures ? 1 : 0;
     }
+    if (!strcmp(how, "dropin-at-exit")) {
+        const char *path = getenv("CUPOOL_DRIVER_PATH");
+        void *h = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        CUresult (*init)(unsigned) = NULL;
+        if (h)
+            *(void **)&init = dlsym(h, "cuInit");
+        if (!init || init(0) != CUDA_SUCCESS)
+            return 77;
+        atexit(dropin_atexit); /* after the driver's own initialisation, before cupool's */
+        use_cupool();
+        return failures ? 1 : 0;
+    }
     if (!strcmp(how, "fork"))
         return forked(argv[0]);
     if (!strcmp(how, "fresh"))
         return fresh();
     fprintf(stderr, "usage: %s return|exit-worker|quick-exit|late-release|cxx-static|"
-                    "idle-at-exit|fork|fresh\n",
+                    "idle-at-exit|dropin-at-exit|fork|fresh\n",
             argv[0]);
     return 2;
 }

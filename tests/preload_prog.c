@@ -86,9 +86,30 @@ int main(int argc, char **argv)
     OK(p_cuDeviceGet(&dev, 0));
     OK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
     OK(p_cuCtxSetCurrent(ctx));
-    /* RTLD_NEXT still means "after the caller": malloc is libc's */
+    /* RTLD_NEXT still means "after the caller": malloc is libc's, from here and from a
+     * library opened with dlopen */
     if (dlsym(RTLD_NEXT, "malloc") != dlsym(RTLD_DEFAULT, "malloc")) {
         fprintf(stderr, "preload_prog: dlsym(RTLD_NEXT, malloc) is not libc's malloc\n");
+        failures++;
+    }
+    const char *next_lib = getenv("PRELOAD_PROG_NEXT_LIB");
+    if (next_lib) {
+        void *nh = dlopen(next_lib, RTLD_NOW | RTLD_LOCAL);
+        void *(*next_malloc)(void) = NULL;
+        if (nh)
+            *(void **)&next_malloc = dlsym(nh, "preload_next_malloc");
+        if (!next_malloc || next_malloc() != dlsym(RTLD_DEFAULT, "malloc")) {
+            fprintf(stderr, "preload_prog: RTLD_NEXT from a dlopen()ed library is not libc's "
+                            "malloc (%s)\n", nh ? "lookup" : dlerror());
+            failures++;
+        }
+    }
+    /* the 4-argument cuGetProcAddress, looked up by its own name, is the 4-argument one */
+    CUresult (*gpa1)(const char *, void **, int, cuuint64_t);
+    *(void **)&gpa1 = dlsym(h, "cuGetProcAddress");
+    void *via1 = NULL;
+    if (!gpa1 || gpa1("cuStreamCreate", &via1, 2000, 0) != CUDA_SUCCESS || !via1) {
+        fprintf(stderr, "preload_prog: cuGetProcAddress (11.3 form) failed\n");
         failures++;
     }
     struct timespec t0, t1;
