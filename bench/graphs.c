@@ -254,6 +254,8 @@ struct spinner {
     pthread_t t;
     CUstream s;
     int launches;
+    _Atomic int done;  /* launches made so far */
+    _Atomic int stage; /* 0 before the barrier, 1 launching, 2 synchronising, 3 finished */
     int by_hand; /* a graph and exec of its own, launched with cuGraphLaunch: the control */
     pthread_barrier_t *start;
 };
@@ -278,9 +280,14 @@ static void *spin_thread(void *arg)
         check("cuGraphAddKernelNode", g.cuGraphAddKernelNode(&node, graph, NULL, 0, &kp));
         check("instantiate", g.cuGraphInstantiateWithFlags(&exec, graph, 0));
         pthread_barrier_wait(sp->start);
-        for (int i = 0; i < sp->launches; i++)
+        sp->stage = 1;
+        for (int i = 0; i < sp->launches; i++) {
             check("cuGraphLaunch", g.cuGraphLaunch(exec, sp->s));
+            sp->done++;
+        }
+        sp->stage = 2;
         check("sync", g.cuStreamSynchronize(sp->s));
+        sp->stage = 3;
         g.cuGraphExecDestroy(exec);
         g.cuGraphDestroy(graph);
         return NULL;
@@ -289,9 +296,14 @@ static void *spin_thread(void *arg)
     check("pipeline", cupool_pipeline_create(&p));
     check("kernel", cupool_pipeline_kernel(p, spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     pthread_barrier_wait(sp->start);
-    for (int i = 0; i < sp->launches; i++)
+    sp->stage = 1;
+    for (int i = 0; i < sp->launches; i++) {
         check("launch", cupool_pipeline_launch(p, sp->s));
+        sp->done++;
+    }
+    sp->stage = 2;
     check("sync", g.cuStreamSynchronize(sp->s));
+    sp->stage = 3;
     cupool_pipeline_destroy(p);
     return NULL;
 }
@@ -306,11 +318,31 @@ static double throughput(int threads, int launches, int by_hand)
         check("stream", g.cuStreamCreate(&sp[i].s, CU_STREAM_NON_BLOCKING));
         sp[i].launches = launches;
         sp[i].by_hand = by_hand;
+        sp[i].done = 0;
+        sp[i].stage = 0;
         sp[i].start = &start;
         pthread_create(&sp[i].t, NULL, spin_thread, &sp[i]);
     }
     pthread_barrier_wait(&start);
     double t0 = now_ns();
+    /* a run that should take 0.1 s and has not ended in 20 s: say where each thread is */
+    for (int waited = 0; waited < 20000; waited += 10) {
+        int finished = 0;
+        for (int i = 0; i < threads; i++)
+            finished += sp[i].stage == 3;
+        if (finished == threads)
+            break;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+        if (waited + 10 >= 20000) {
+            fprintf(stderr, "cupool-bench graphs: %d-thread run (%s) not done after 20 s:\n",
+                    threads, by_hand ? "by hand" : "cupool");
+            for (int i = 0; i < threads; i++)
+                fprintf(stderr, "  thread %d: stage %d, %d launches\n", i, sp[i].stage,
+                        sp[i].done);
+            cupool_stats_print(stderr);
+        }
+    }
     for (int i = 0; i < threads; i++)
         pthread_join(sp[i].t, NULL);
     double t = now_ns() - t0;
