@@ -949,6 +949,21 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
     return CUDA_SUCCESS;
 }
 
+/* A CUgraph is not internally synchronised (CUDA driver API documentation): a cached entry's
+ * template graph is used by one thread at a time. On the H200, eight threads instantiating
+ * one template graph at once were followed by heap corruption in the process ("double free
+ * or corruption") or a hang. Instantiations from a template (the rare miss path) and DOT
+ * output take this lock. */
+static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult instantiate_template(CUgraphExec *exec, CUgraph graph)
+{
+    pthread_mutex_lock(&template_lock);
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
+    pthread_mutex_unlock(&template_lock);
+    return r;
+}
+
 /* A new exec of e (of graph instead of e's template graph when given), owned by the caller. */
 static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
 {
@@ -956,8 +971,9 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
     if (!x)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     x->entry = e;
-    CUresult r = CUPOOL_DRV(
-        cupool__drv.cuGraphInstantiateWithFlags(&x->exec, graph ? graph : e->graph, 0));
+    /* a capture's own graph is this call's alone; the template is shared */
+    CUresult r = graph ? CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, graph, 0))
+                       : instantiate_template(&x->exec, e->graph);
     if (r != CUDA_SUCCESS) {
         exec_struct_put_locked(x);
         return cupool__fail(r, "cuGraphInstantiateWithFlags failed");
@@ -1576,7 +1592,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         failures++;
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
         x->exec = NULL;
-        r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, e->graph, 0));
+        r = instantiate_template(&x->exec, e->graph);
         inst++;
         if (r == CUDA_SUCCESS) {
             memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
@@ -1750,8 +1766,10 @@ CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path)
         return cupool__fail(CUDA_ERROR_NOT_FOUND,
                             "cupool_pipeline_dot: no cached graph for this pipeline's structure "
                             "(launch it first)");
+    pthread_mutex_lock(&template_lock);
     r = CUPOOL_DRV(
         cupool__drv.cuGraphDebugDotPrint(e->graph, path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+    pthread_mutex_unlock(&template_lock);
     atomic_fetch_sub(&e->busy, 1);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuGraphDebugDotPrint(%s) failed", path);

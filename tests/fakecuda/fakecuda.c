@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <time.h>
 
 /* ========================================================================================
@@ -3166,6 +3167,38 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
     return CUDA_SUCCESS;
 }
 
+/* A CUgraph is not internally synchronised (CUDA documentation); on the H200, threads
+ * instantiating one graph at once were followed by heap corruption or a hang. The simulation
+ * makes such use fail loudly: a thread inside a call that reads a graph claims it here, and
+ * a second thread on the same graph at the same time aborts the process. The window is
+ * widened so that tests meet an overlap when there is one. */
+static _Atomic(void *) graph_users[128];
+
+static int graph_use_begin(void *g)
+{
+    int mine = -1;
+    for (int i = 0; i < 128 && mine < 0; i++) {
+        void *none = NULL;
+        if (atomic_compare_exchange_strong(&graph_users[i], &none, g))
+            mine = i;
+    }
+    for (int i = 0; i < 128; i++)
+        if (i != mine && atomic_load(&graph_users[i]) == g) {
+            fprintf(stderr, "fakecuda: two threads use CUgraph %p at once (a CUgraph is not "
+                            "thread-safe)\n", g);
+            abort();
+        }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+    return mine;
+}
+
+static void graph_use_end(int slot)
+{
+    if (slot >= 0)
+        atomic_store(&graph_users[slot], NULL);
+}
+
 static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
     struct fc_graph *g;
@@ -3181,11 +3214,20 @@ static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
     return r;
 }
 
-CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                             unsigned long long flags)
+static CUresult instantiate_entry(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                  unsigned long long flags)
 {
     ENTER(cuGraphInstantiate, 1);
     return leave(instantiate(phGraphExec, hGraph, flags));
+}
+
+CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                             unsigned long long flags)
+{
+    int slot = graph_use_begin(hGraph);
+    CUresult r = instantiate_entry(phGraphExec, hGraph, flags);
+    graph_use_end(slot);
+    return r;
 }
 
 /* The five-argument form cuGetProcAddress("cuGraphInstantiate") returns, even at 12000 (seen
