@@ -619,6 +619,49 @@ START_TEST(identical_nodes_across_a_trim_need_no_update)
 }
 END_TEST
 
+/* Eight threads, each on its own stream, launch one signature with long kernels, after a
+ * single stream used it: no launch may wait on an exec still running on another stream. */
+static void *long_launcher(void *arg)
+{
+    CUstream s = arg;
+    cupool_pipeline_t p;
+    unsigned long long ns = 1000000; /* 1 ms */
+    void *args[] = {&ns};
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS || cupool_pipeline_create(&p) != CUDA_SUCCESS ||
+        cupool_pipeline_kernel(p, k.spin, 1, 1, 1, 1, 1, 1, 0, args, NULL) != CUDA_SUCCESS) {
+        thread_errors++;
+        return NULL;
+    }
+    for (int i = 0; i < 20; i++)
+        if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
+            thread_errors++;
+    if (tu.cuStreamSynchronize(s) != CUDA_SUCCESS)
+        thread_errors++;
+    cupool_pipeline_destroy(p);
+    return NULL;
+}
+
+START_TEST(concurrent_streams_never_wait_on_each_other)
+{
+    ck_assert_msg(tu_fake.present && tu_fake.exec_overlaps, "simulated driver expected");
+    for (int round = 0; round < 3; round++) {
+        CUstream st[8];
+        pthread_t t[8];
+        int n = round == 0 ? 1 : 8; /* one stream first, as a service warming up */
+        for (int i = 0; i < n; i++) {
+            TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+            ck_assert_int_eq(pthread_create(&t[i], NULL, long_launcher, st[i]), 0);
+        }
+        for (int i = 0; i < n; i++)
+            pthread_join(t[i], NULL);
+        for (int i = 0; i < n; i++)
+            TU_OK(tu.cuStreamDestroy(st[i]));
+    }
+    ck_assert_int_eq(thread_errors, 0);
+    ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+}
+END_TEST
+
 START_TEST(bad_input)
 {
     cupool_pipeline_t p;
@@ -736,6 +779,7 @@ int main(void)
         TCase *sim = tcase_create("simulated");
         tcase_add_checked_fixture(sim, setup, NULL);
         tcase_add_test(sim, refused_update_reinstantiates);
+        tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
         suite_add_tcase(s, sim);
     }
     return tu_run(s);

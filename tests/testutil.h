@@ -74,6 +74,7 @@ struct tu_fake {
     void (*set_strict_teardown)(int);
     void (*poison_context)(CUcontext, CUresult);
     size_t (*slab_bytes)(void);
+    unsigned long (*exec_overlaps)(void);
 };
 extern struct tu_fake tu_fake;
 

@@ -3256,10 +3256,15 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 
 /* Queues one launch of e on s: a wait for the exec's previous launch when it was on another
  * queue (launches of one exec never overlap), then every node in order. Lock held. */
+static unsigned long g_exec_overlaps; /* launches that waited on the exec's other stream */
+
 static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
 {
     uint64_t not_before = 0;
     if (e->last_q && e->last_q != s->q && !e->last_q->dead) {
+        struct fc_queue *pq = e->last_q; /* still running there: this launch is serialised */
+        if ((pq->busy && pq->busy_seq <= e->last_seq) || (pq->head && pq->head->seq <= e->last_seq))
+            g_exec_overlaps++;
         struct fc_op *w = op_new(OP_WAIT);
         if (!w)
             return CUDA_ERROR_OUT_OF_MEMORY;
@@ -3912,6 +3917,14 @@ int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_
     k->fn = fn;
     unlock();
     return 0;
+}
+
+unsigned long fakecuda_exec_overlaps(void)
+{
+    lock();
+    unsigned long n = g_exec_overlaps;
+    unlock();
+    return n;
 }
 
 size_t fakecuda_slab_bytes(void)

@@ -63,6 +63,9 @@ int fakecuda_live_events(void);
  *  (destroyed events are held back before reuse, as the real driver does not reuse their
  *  values at once) and never shrink. Lets a test tell the driver's memory from its own. */
 size_t fakecuda_slab_bytes(void);
+/** Graph launches that had to wait for a launch of the same exec still running on another
+ * stream (the driver serialises those silently; see docs/graph-cache.md). */
+unsigned long fakecuda_exec_overlaps(void);
 
 /** Number of calls made to an entry point, by its base name without _v2/_ptsz suffixes
  *  (e.g. "cuStreamCreateWithPriority", "cuStreamDestroy"), since load or the last reset. */
