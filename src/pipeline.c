@@ -728,13 +728,97 @@ static int entry_ctx_state(const struct gentry *e)
     return cupool__ctx_verdict(e->ctx, e->ctx_id, &err);
 }
 
+/* ---- deferred destruction ----
+ * An exec leaving the cache may still have launches queued on the GPU. Its driver objects are
+ * not destroyed under the cache lock (a destroy may wait for the GPU, and every launch that
+ * misses would wait behind it): they are buried here and destroyed outside the lock, once
+ * their completion event says they are done, or, for an exec that never recorded one, when
+ * more than GRAVES_BLIND_MAX of those are waiting (the driver frees a still-running exec once
+ * it completes). cupool_trim() and unload destroy them all. */
+struct grave {
+    CUgraphExec exec;
+    CUevent done;
+    bool done_valid;
+    CUcontext ctx;
+    unsigned long long ctx_id;
+};
+#define GRAVES_MAX 256
+#define GRAVES_BLIND_MAX 16
+static struct grave graves[GRAVES_MAX]; /* cache lock */
+static int ngraves, nblind;
+static _Atomic int graves_due; /* graves a launch may reap now (read without the lock) */
+
+static void graves_count(void)
+{
+    int due = ngraves - nblind + (nblind > GRAVES_BLIND_MAX ? nblind : 0);
+    atomic_store_explicit(&graves_due, due, CUPOOL_RELAXED);
+}
+
+static void grave_destroy(const struct grave *g)
+{
+    CUresult err = CUDA_SUCCESS;
+    if (cupool__ctx_verdict(g->ctx, g->ctx_id, &err) != 1)
+        return; /* its context is gone (or cannot be told now): nothing to call */
+    if (g->exec)
+        CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(g->exec));
+    if (g->done)
+        CUPOOL_DRV(cupool__drv.cuEventDestroy(g->done));
+}
+
+/* Buries x's driver objects. Cache lock held. Returns false when the graveyard is full (the
+ * caller then destroys them itself, the rare slow case). */
+static bool exec_bury(const struct gentry *e, struct gexec *x)
+{
+    if (ngraves == GRAVES_MAX)
+        return false;
+    graves[ngraves++] = (struct grave){x->exec, x->done, x->done_valid && x->done != NULL,
+                                       e->ctx, e->ctx_id};
+    if (!graves[ngraves - 1].done_valid)
+        nblind++;
+    graves_count();
+    return true;
+}
+
+/* Destroys the buried objects that are done (all of them when `all`), outside the lock. */
+static void graves_reap(bool all)
+{
+    struct grave out[GRAVES_MAX];
+    int n = 0;
+    pthread_mutex_lock(&cache_lock);
+    bool blind = all || nblind > GRAVES_BLIND_MAX;
+    for (int i = 0; i < ngraves;) {
+        struct grave *g = &graves[i];
+        bool go = g->done_valid
+                      ? all || CUPOOL_DRV(cupool__drv.cuEventQuery(g->done)) != CUDA_ERROR_NOT_READY
+                      : blind;
+        if (go) {
+            out[n++] = *g;
+            nblind -= !g->done_valid;
+            graves[i] = graves[--ngraves];
+        } else {
+            i++;
+        }
+    }
+    graves_count();
+    pthread_mutex_unlock(&cache_lock);
+    for (int i = 0; i < n; i++)
+        grave_destroy(&out[i]);
+}
+
+/* After a launch: reap now and then while graves are due (one launch in 16 per thread). */
+static inline void graves_maybe_reap(void)
+{
+    static __thread unsigned tick;
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&graves_due, CUPOOL_RELAXED) > 0) &&
+        (++tick & 15) == 0)
+        graves_reap(false);
+}
+
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 {
-    if (alive) {
-        if (x->exec)
-            CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
-        if (x->done)
-            CUPOOL_DRV(cupool__drv.cuEventDestroy(x->done));
+    if (alive && (x->exec || x->done) && !exec_bury(e, x)) {
+        struct grave g = {x->exec, x->done, false, e->ctx, e->ctx_id};
+        grave_destroy(&g); /* graveyard full: now, under the lock (rare) */
     }
     cache_bytes -= exec_bytes(e, x);
     cache_execs--;
@@ -1490,6 +1574,17 @@ static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
 static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
                       bool launched, bool recorded)
 {
+    if (!keep && x->exec) {
+        /* dropped with its launch queued: record its completion so the graveyard knows when
+         * to destroy it */
+        if (launched && !recorded) {
+            if (!x->done)
+                CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
+            recorded =
+                x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+        }
+        x->done_valid = launched ? recorded : x->done_valid;
+    }
     if (keep) {
         /* the next picker reads these after seeing busy clear (release / acquire) */
         x->launched = launched || x->launched;
@@ -1630,6 +1725,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     exec_done(e, x, keep, stream, launched, recorded);
     if (keep && launched && !fast)
         slot_fill(hash, stream, e, x, serial, epoch);
+    graves_maybe_reap();
     return r;
 }
 
@@ -1678,6 +1774,7 @@ void cupool__graph_cache_close(bool all_threads)
         e = next;
     }
     pthread_mutex_unlock(&cache_lock);
+    graves_reap(true);
 }
 
 /* cupool_trim(): drops every cached graph not in use right now, and forgets kernel layouts
@@ -1695,6 +1792,9 @@ void cupool__graph_cache_trim(void)
         entry_evict(e);
         e = next;
     }
+    pthread_mutex_unlock(&cache_lock);
+    graves_reap(true); /* everything buried, now (trim may wait) */
+    pthread_mutex_lock(&cache_lock);
     /* free structs back to the allocator, once no lock-free claim can be touching one: the
      * epoch moves on (every thread's slot is stale from now on), then a grace period lets
      * claims that read the old epoch finish */
@@ -1924,5 +2024,6 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     exec_done(e, x, keep, stream, launched, recorded);
     if (keep && launched && !fast)
         slot_fill(hash, stream, e, x, serial, epoch);
+    graves_maybe_reap();
     return r;
 }

@@ -625,14 +625,14 @@ static void *long_launcher(void *arg)
 {
     CUstream s = arg;
     cupool_pipeline_t p;
-    unsigned long long ns = 1000000; /* 1 ms */
+    unsigned long long ns = 2000000; /* 2 ms */
     void *args[] = {&ns};
     if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS || cupool_pipeline_create(&p) != CUDA_SUCCESS ||
         cupool_pipeline_kernel(p, k.spin, 1, 1, 1, 1, 1, 1, 0, args, NULL) != CUDA_SUCCESS) {
         thread_errors++;
         return NULL;
     }
-    for (int i = 0; i < 20; i++)
+    for (int i = 0; i < 50; i++)
         if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
             thread_errors++;
     if (tu.cuStreamSynchronize(s) != CUDA_SUCCESS)
@@ -641,24 +641,46 @@ static void *long_launcher(void *arg)
     return NULL;
 }
 
-START_TEST(concurrent_streams_never_wait_on_each_other)
+static void concurrent_streams(void)
 {
     ck_assert_msg(tu_fake.present && tu_fake.exec_overlaps, "simulated driver expected");
-    for (int round = 0; round < 3; round++) {
-        CUstream st[8];
-        pthread_t t[8];
-        int n = round == 0 ? 1 : 8; /* one stream first, as a service warming up */
-        for (int i = 0; i < n; i++) {
-            TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    /* one stream first, as a service warming up, then eight new ones at once (all kept
+     * alive, so no handle value repeats): the entry reaches CUPOOL_GRAPH_EXECS_MAX */
+    CUstream st[9];
+    pthread_t t[9];
+    for (int i = 0; i < 9; i++)
+        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    for (int round = 0; round < 2; round++) {
+        int first = round == 0 ? 0 : 1, last = round == 0 ? 1 : 9;
+        for (int i = first; i < last; i++)
             ck_assert_int_eq(pthread_create(&t[i], NULL, long_launcher, st[i]), 0);
-        }
-        for (int i = 0; i < n; i++)
+        for (int i = first; i < last; i++)
             pthread_join(t[i], NULL);
-        for (int i = 0; i < n; i++)
-            TU_OK(tu.cuStreamDestroy(st[i]));
     }
     ck_assert_int_eq(thread_errors, 0);
     ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    /* no exec destroyed while its launches were queued: a destroy that waits would have held
+     * up the launches of every other thread */
+    ck_assert_uint_eq(tu_fake.exec_destroy_waits(), 0);
+    for (int i = 0; i < 9; i++)
+        TU_OK(tu.cuStreamDestroy(st[i]));
+}
+
+START_TEST(concurrent_streams_never_wait_on_each_other)
+{
+    concurrent_streams();
+}
+END_TEST
+
+/* The same where destroying an exec waits for its queued launches (a driver may). */
+START_TEST(concurrent_streams_with_a_waiting_exec_destroy)
+{
+    setup_env("FAKECUDA_DESTROY_WAITS", "1");
+    concurrent_streams();
+    TU_OK(cupool_trim()); /* destroys everything buried */
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.execs, 0);
+    ck_assert_int_eq(tu_fake.live_events(), 0);
 }
 END_TEST
 
@@ -780,6 +802,9 @@ int main(void)
         tcase_add_checked_fixture(sim, setup, NULL);
         tcase_add_test(sim, refused_update_reinstantiates);
         tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
+        TCase *simenv = tcase_create("simulated-environment");
+        tcase_add_test(simenv, concurrent_streams_with_a_waiting_exec_destroy);
+        suite_add_tcase(s, simenv);
         suite_add_tcase(s, sim);
     }
     return tu_run(s);

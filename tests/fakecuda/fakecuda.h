@@ -66,6 +66,9 @@ size_t fakecuda_slab_bytes(void);
 /** Graph launches that had to wait for a launch of the same exec still running on another
  * stream (the driver serialises those silently; see docs/graph-cache.md). */
 unsigned long fakecuda_exec_overlaps(void);
+/** cuGraphExecDestroy calls on an exec whose launches were still queued (the destroy may
+ * wait for them: FAKECUDA_DESTROY_WAITS=1 makes it). */
+unsigned long fakecuda_exec_destroy_waits(void);
 
 /** Number of calls made to an entry point, by its base name without _v2/_ptsz suffixes
  *  (e.g. "cuStreamCreateWithPriority", "cuStreamDestroy"), since load or the last reset. */
