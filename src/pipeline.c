@@ -754,15 +754,20 @@ static void graves_count(void)
     atomic_store_explicit(&graves_due, due, CUPOOL_RELAXED);
 }
 
-static void grave_destroy(const struct grave *g)
+/* Destroys g's objects; false when its context cannot be told now (the grave must stay). */
+static bool grave_destroy(const struct grave *g)
 {
     CUresult err = CUDA_SUCCESS;
-    if (cupool__ctx_verdict(g->ctx, g->ctx_id, &err) != 1)
-        return; /* its context is gone (or cannot be told now): nothing to call */
+    int st = cupool__ctx_verdict(g->ctx, g->ctx_id, &err);
+    if (st < 0)
+        return false;
+    if (st == 0)
+        return true; /* its context is gone: nothing to call */
     if (g->exec)
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(g->exec));
     if (g->done)
         CUPOOL_DRV(cupool__drv.cuEventDestroy(g->done));
+    return true;
 }
 
 /* Buries x's driver objects. Cache lock held. Returns false when the graveyard is full (the
@@ -786,11 +791,23 @@ static void graves_reap(bool all)
     int n = 0;
     pthread_mutex_lock(&cache_lock);
     bool blind = all || nblind > GRAVES_BLIND_MAX;
+    CUcontext vctx = NULL;
+    unsigned long long vid = 0;
+    int vst = -1;
+    bool vknown = false;
     for (int i = 0; i < ngraves;) {
         struct grave *g = &graves[i];
-        bool go = g->done_valid
-                      ? all || CUPOOL_DRV(cupool__drv.cuEventQuery(g->done)) != CUDA_ERROR_NOT_READY
-                      : blind;
+        bool go = g->done_valid ? all : blind;
+        if (!go && g->done_valid) {
+            /* no call on an event of a reset context (the driver crashes) */
+            if (!vknown || g->ctx != vctx || g->ctx_id != vid) {
+                CUresult err = CUDA_SUCCESS;
+                vst = cupool__ctx_verdict(g->ctx, g->ctx_id, &err);
+                vctx = g->ctx, vid = g->ctx_id, vknown = true;
+            }
+            go = vst == 0 ||
+                 (vst == 1 && CUPOOL_DRV(cupool__drv.cuEventQuery(g->done)) != CUDA_ERROR_NOT_READY);
+        }
         if (go) {
             out[n++] = *g;
             nblind -= !g->done_valid;
@@ -801,8 +818,19 @@ static void graves_reap(bool all)
     }
     graves_count();
     pthread_mutex_unlock(&cache_lock);
+    int keep = 0;
     for (int i = 0; i < n; i++)
-        grave_destroy(&out[i]);
+        if (!grave_destroy(&out[i]))
+            out[keep++] = out[i]; /* cannot be told now: back to the graveyard */
+    if (keep) {
+        pthread_mutex_lock(&cache_lock);
+        for (int i = 0; i < keep && ngraves < GRAVES_MAX; i++) {
+            graves[ngraves++] = out[i];
+            nblind += !out[i].done_valid;
+        }
+        graves_count();
+        pthread_mutex_unlock(&cache_lock);
+    }
 }
 
 /* After a launch: reap now and then while graves are due (one launch in 16 per thread). */

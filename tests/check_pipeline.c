@@ -769,6 +769,66 @@ START_TEST(refused_update_reinstantiates)
 }
 END_TEST
 
+/* A used-once exec is buried with its completion event; then the context is reset. Later
+ * launches reap the graveyard: the dead context's event must never reach the driver (the
+ * real driver crashes on it; the simulated one aborts). */
+START_TEST(buried_exec_of_a_reset_context_never_reaches_the_driver)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 2, 4, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    TU_OK(cupool_pipeline_launch(p, s2)); /* used-once exec: buried with its event */
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    struct tu_kernels k2;
+    tu_load_kernels(&k2);
+    CUdeviceptr m2;
+    TU_OK(tu.cuMemAlloc(&m2, 4));
+    TU_OK(tu.cuMemsetD32(m2, 0, 1));
+    cupool_pipeline_t q;
+    TU_OK(cupool_pipeline_create(&q));
+    unsigned v = 1;
+    void *args[] = {&m2, &v};
+    TU_OK(cupool_pipeline_kernel(q, k2.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    CUstream s3;
+    TU_OK(tu.cuStreamCreate(&s3, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 40; i++) /* reaps now and then */
+        TU_OK(cupool_pipeline_launch(q, s3));
+    TU_OK(tu.cuStreamSynchronize(s3));
+    unsigned got = 0;
+    TU_OK(tu.cuMemcpyDtoH(&got, m2, 4));
+    ck_assert_uint_eq(got, 40);
+    TU_OK(cupool_trim());
+    TU_OK(cupool_pipeline_destroy(q));
+}
+END_TEST
+
+/* A passing cuCtxGetId error while the graveyard is emptied: the buried handles stay, and a
+ * later trim destroys them (none is lost). */
+START_TEST(buried_exec_kept_while_its_context_cannot_be_told)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 2, 4, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    TU_OK(cupool_pipeline_launch(p, s2)); /* used-once exec: buried with its event */
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(cupool_pipeline_destroy(p));
+    tu_fake.fault("cuCtxGetId", 1, 1, CUDA_ERROR_OUT_OF_MEMORY); /* the entry's check passes */
+    cupool_trim();
+    tu_fake.fault_clear();
+    TU_OK(cupool_trim());
+    ck_assert_int_eq(tu_fake.live_events(), 0);
+    ck_assert_uint_eq(gstats().execs, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -796,6 +856,7 @@ int main(void)
     tcase_add_test(env, execs_shared_only_at_the_limit);
     tcase_add_test(env, repeat_launch_after_eviction_and_reuse);
     tcase_add_test(env, quiet_streams_give_up_their_execs);
+    tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
@@ -804,6 +865,7 @@ int main(void)
         tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
         TCase *simenv = tcase_create("simulated-environment");
         tcase_add_test(simenv, concurrent_streams_with_a_waiting_exec_destroy);
+        tcase_add_test(simenv, buried_exec_kept_while_its_context_cannot_be_told);
         suite_add_tcase(s, simenv);
         suite_add_tcase(s, sim);
     }
