@@ -11,13 +11,6 @@
 #include "error.h"
 #include "lifecycle.h"
 #include "pool.h"
-#include "registry.h"
-
-/* Does cupool know this handle (handed out, or idle in a pool)? */
-static bool known_handle(const void *h)
-{
-    return cupool__reg_read(cupool__tl, h) != NULL;
-}
 
 /* The process is exiting: cupool itself calls the driver no more, but the caller's own call
  * would have reached the driver, so the wrappers make it unguarded, as the replaced call
@@ -45,15 +38,15 @@ static CUresult foreign_destroy(const void *h, bool stream)
  * is unknown again, and a late destroy reaches the driver, as it would without cupool. */
 static CUresult destroy(const void *h, bool stream)
 {
+    CUresult r;
+    if (cupool__release_known(stream ? &cupool__stream_ops : &cupool__event_ops, (void *)h, &r))
+        return r;
     if (!exiting()) {
-        CUresult r = cupool__enter();
+        r = cupool__enter(); /* the driver may not be loaded yet */
         if (r != CUDA_SUCCESS)
             return r;
     }
-    if (h && !known_handle(h))
-        return foreign_destroy(h, stream);
-    return stream ? cupool_stream_release((CUstream)(uintptr_t)h)
-                  : cupool_event_release((CUevent)(uintptr_t)h);
+    return foreign_destroy(h, stream);
 }
 
 static CUresult stream_create(CUstream *s, unsigned int flags, int priority)
@@ -199,68 +192,23 @@ CUPOOL_API cudaError_t cupool_cudaEventDestroy(cudaEvent_t event)
  * The symbol names are the ones programs reference: cuda.h maps cuStreamDestroy and
  * cuEventDestroy to their _v2 ABIs. */
 
-CUPOOL_API CUresult __wrap_cuStreamCreate(CUstream *phStream, unsigned int Flags);
-CUPOOL_API CUresult __wrap_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
-                                                      int priority);
-CUPOOL_API CUresult __wrap_cuStreamDestroy_v2(CUstream hStream);
-CUPOOL_API CUresult __wrap_cuEventCreate(CUevent *phEvent, unsigned int Flags);
-CUPOOL_API CUresult __wrap_cuEventDestroy_v2(CUevent hEvent);
-CUPOOL_API cudaError_t __wrap_cudaStreamCreate(cudaStream_t *pStream);
-CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags);
-CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithPriority(cudaStream_t *pStream,
-                                                           unsigned int flags, int priority);
-CUPOOL_API cudaError_t __wrap_cudaStreamDestroy(cudaStream_t stream);
-CUPOOL_API cudaError_t __wrap_cudaEventCreate(cudaEvent_t *event);
-CUPOOL_API cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags);
-CUPOOL_API cudaError_t __wrap_cudaEventDestroy(cudaEvent_t event);
+/* Each __wrap_ name is the wrapper itself (an ELF alias), not a function calling it. */
+#define CUPOOL_WRAP(ret, name, params) \
+    CUPOOL_API ret __wrap_##name params __attribute__((alias("cupool_" #name)));
+#define CUPOOL_WRAP_AS(ret, name, target, params) \
+    CUPOOL_API ret __wrap_##name params __attribute__((alias(#target)));
 
-CUPOOL_API CUresult __wrap_cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-    return cupool_cuStreamCreate(phStream, Flags);
-}
-CUPOOL_API CUresult __wrap_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
-                                                      int priority)
-{
-    return cupool_cuStreamCreateWithPriority(phStream, flags, priority);
-}
-CUPOOL_API CUresult __wrap_cuStreamDestroy_v2(CUstream hStream)
-{
-    return cupool_cuStreamDestroy(hStream);
-}
-CUPOOL_API CUresult __wrap_cuEventCreate(CUevent *phEvent, unsigned int Flags)
-{
-    return cupool_cuEventCreate(phEvent, Flags);
-}
-CUPOOL_API CUresult __wrap_cuEventDestroy_v2(CUevent hEvent)
-{
-    return cupool_cuEventDestroy(hEvent);
-}
-CUPOOL_API cudaError_t __wrap_cudaStreamCreate(cudaStream_t *pStream)
-{
-    return cupool_cudaStreamCreate(pStream);
-}
-CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
-{
-    return cupool_cudaStreamCreateWithFlags(pStream, flags);
-}
-CUPOOL_API cudaError_t __wrap_cudaStreamCreateWithPriority(cudaStream_t *pStream,
-                                                           unsigned int flags, int priority)
-{
-    return cupool_cudaStreamCreateWithPriority(pStream, flags, priority);
-}
-CUPOOL_API cudaError_t __wrap_cudaStreamDestroy(cudaStream_t stream)
-{
-    return cupool_cudaStreamDestroy(stream);
-}
-CUPOOL_API cudaError_t __wrap_cudaEventCreate(cudaEvent_t *event)
-{
-    return cupool_cudaEventCreate(event);
-}
-CUPOOL_API cudaError_t __wrap_cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
-{
-    return cupool_cudaEventCreateWithFlags(event, flags);
-}
-CUPOOL_API cudaError_t __wrap_cudaEventDestroy(cudaEvent_t event)
-{
-    return cupool_cudaEventDestroy(event);
-}
+CUPOOL_WRAP(CUresult, cuStreamCreate, (CUstream *phStream, unsigned int Flags))
+CUPOOL_WRAP(CUresult, cuStreamCreateWithPriority,
+            (CUstream *phStream, unsigned int flags, int priority))
+CUPOOL_WRAP_AS(CUresult, cuStreamDestroy_v2, cupool_cuStreamDestroy, (CUstream hStream))
+CUPOOL_WRAP(CUresult, cuEventCreate, (CUevent *phEvent, unsigned int Flags))
+CUPOOL_WRAP_AS(CUresult, cuEventDestroy_v2, cupool_cuEventDestroy, (CUevent hEvent))
+CUPOOL_WRAP(cudaError_t, cudaStreamCreate, (cudaStream_t *pStream))
+CUPOOL_WRAP(cudaError_t, cudaStreamCreateWithFlags, (cudaStream_t *pStream, unsigned int flags))
+CUPOOL_WRAP(cudaError_t, cudaStreamCreateWithPriority,
+            (cudaStream_t *pStream, unsigned int flags, int priority))
+CUPOOL_WRAP(cudaError_t, cudaStreamDestroy, (cudaStream_t stream))
+CUPOOL_WRAP(cudaError_t, cudaEventCreate, (cudaEvent_t *event))
+CUPOOL_WRAP(cudaError_t, cudaEventCreateWithFlags, (cudaEvent_t *event, unsigned int flags))
+CUPOOL_WRAP(cudaError_t, cudaEventDestroy, (cudaEvent_t event))

@@ -1033,6 +1033,26 @@ __attribute__((always_inline)) static inline CUresult release_handle(
     return release_general(ops, expect, h, idle_state);
 }
 
+/* A release of a handle cupool knows, as release_handle; false (and nothing done) when the
+ * registry does not know h, which the drop-in destroys hand to the driver. One lookup. */
+bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresult *result)
+{
+    uint32_t idle_state = ops->kind == CUPOOL_KIND_STREAM ? CUPOOL_H_IDLE_UNCHECKED : CUPOOL_H_IDLE;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (!h || (rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h)) {
+        *result = release_handle(ops, NULL, h, idle_state); /* the thread's last handle */
+        return true;
+    }
+    rec = cupool__reg_read(tc, h);
+    if (!rec)
+        return false;
+    *result = tc && release_push(ops, NULL, tc, rec, h, idle_state)
+                  ? CUDA_SUCCESS
+                  : release_general(ops, NULL, h, idle_state);
+    return true;
+}
+
 /* Current-context acquire: the context's id picks the class through the thread's cache. */
 __attribute__((always_inline)) static inline CUresult
 acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int priority, void **out)

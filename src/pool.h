@@ -25,6 +25,10 @@ struct cupool__class_ops {
 };
 extern const struct cupool__class_ops cupool__stream_ops, cupool__event_ops;
 
+/* Releases h if cupool knows it (*result: what the release returned); false, with nothing
+ * done, for a handle the registry does not know. The drop-in destroys' single lookup. */
+bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresult *result);
+
 struct cupool__class {
     /* read-only after creation */
     uint32_t magic;

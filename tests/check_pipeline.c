@@ -772,15 +772,23 @@ END_TEST
 /* A used-once exec is buried with its completion event; then the context is reset. Later
  * launches reap the graveyard: the dead context's event must never reach the driver (the
  * real driver crashes on it; the simulated one aborts). */
-START_TEST(buried_exec_of_a_reset_context_never_reaches_the_driver)
+/* With one exec per signature, a launch on a second stream uses an exec once: it is buried
+ * with its completion event. Returns the pipeline, its launches finished. */
+static cupool_pipeline_t bury_a_used_once_exec(void)
 {
     setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
     cupool_pipeline_t p;
     TU_OK(cupool_pipeline_create(&p));
     fill_chain(p, 2, 4, 1, 0);
     TU_OK(cupool_pipeline_launch(p, s1));
-    TU_OK(cupool_pipeline_launch(p, s2)); /* used-once exec: buried with its event */
+    TU_OK(cupool_pipeline_launch(p, s2));
     TU_OK(tu.cuCtxSynchronize());
+    return p;
+}
+
+START_TEST(buried_exec_of_a_reset_context_never_reaches_the_driver)
+{
+    bury_a_used_once_exec();
     TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
     TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
     TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
@@ -812,14 +820,7 @@ END_TEST
  * later trim destroys them (none is lost). */
 START_TEST(buried_exec_kept_while_its_context_cannot_be_told)
 {
-    setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
-    cupool_pipeline_t p;
-    TU_OK(cupool_pipeline_create(&p));
-    fill_chain(p, 2, 4, 1, 0);
-    TU_OK(cupool_pipeline_launch(p, s1));
-    TU_OK(cupool_pipeline_launch(p, s2)); /* used-once exec: buried with its event */
-    TU_OK(tu.cuCtxSynchronize());
-    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_pipeline_destroy(bury_a_used_once_exec()));
     tu_fake.fault("cuCtxGetId", 1, 1, CUDA_ERROR_OUT_OF_MEMORY); /* the entry's check passes */
     cupool_trim();
     tu_fake.fault_clear();
