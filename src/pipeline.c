@@ -540,9 +540,9 @@ struct gexec {
 #define EXECS_LIMIT 64
 
 struct gentry {
-    /* Launches using the entry now: it is not evicted meanwhile. Only ever added to and
-     * subtracted from (a lock-free claim may pin an entry just freed, see fast_claim): first
-     * in the struct, so recycling clears everything after it. */
+    /* Locked launches and DOT prints using the entry now: it is not evicted meanwhile (a
+     * lock-free launch holds one of its execs instead, see fast_claim). Only ever added to
+     * and subtracted from: first in the struct, so recycling clears everything after it. */
     _Atomic int busy;
     _Atomic uint64_t last_use; /* cache_clock when last launched: eviction order */
     uint64_t evict_pass;       /* the eviction pass that last failed to evict it */
@@ -575,9 +575,9 @@ static size_t cache_entries, cache_bytes, cache_execs;
 static struct gentry *free_entries; /* type-stable structs for reuse (cache lock) */
 static struct gexec *free_execs;
 static _Atomic uint64_t exec_serial;
-/* Bumped whenever an entry is freed, before each eviction attempt reads an entry's busy count
- * (sequentially consistent, against fast_claim's pin-then-check: a Dekker handshake), and by
- * cupool_trim() before it returns free structs to the allocator. */
+/* Bumped whenever an entry is freed, before each eviction attempt claims an entry's execs
+ * (sequentially consistent, against fast_claim's claim-then-check: a Dekker handshake), and
+ * by cupool_trim() before it returns free structs to the allocator. */
 static _Atomic uint64_t cache_epoch;
 /* Ticks only when the most recently launched entry changes: last_use stamps (exact LRU order
  * without a shared write per launch). */
@@ -620,12 +620,13 @@ static inline void entry_touch(struct gentry *e)
                               CUPOOL_RELAXED);
 }
 
-/* Takes ownership of an exec (see struct gexec). */
+/* Takes ownership of an exec (see struct gexec). Sequentially consistent: fast_claim() and
+ * entry_evict() each follow a write with a read of what the other writes (the claim, the
+ * cache epoch). */
 static inline bool exec_own(struct gexec *x)
 {
     bool idle = false;
-    return atomic_compare_exchange_strong_explicit(&x->busy, &idle, true, CUPOOL_ACQUIRE,
-                                                   CUPOOL_RELAXED);
+    return atomic_compare_exchange_strong(&x->busy, &idle, true);
 }
 
 static inline void exec_disown(struct gexec *x)
@@ -836,7 +837,7 @@ static void graves_reap(bool all)
 /* After a launch: reap now and then while graves are due (one launch in 16 per thread). */
 static inline void graves_maybe_reap(void)
 {
-    static __thread unsigned tick;
+    static CUPOOL_TLS_IE unsigned tick;
     if (CUPOOL_UNLIKELY(atomic_load_explicit(&graves_due, CUPOOL_RELAXED) > 0) &&
         (++tick & 15) == 0)
         graves_reap(false);
@@ -895,7 +896,7 @@ static bool entry_evict(struct gentry *e)
 {
     if (atomic_load(&e->busy))
         return false; /* plainly in use: no need to disturb the lock-free claims */
-    /* the epoch first, then the pin count: a lock-free claim pins, then checks the epoch */
+    /* the epoch first, then the execs: a lock-free claim takes an exec, then checks the epoch */
     atomic_fetch_add(&cache_epoch, 1);
     if (atomic_load(&e->busy))
         return false;
@@ -1431,11 +1432,14 @@ static inline unsigned slot_index(uint64_t hash, CUstream stream)
 }
 
 /* The lock-free claim of a repeat launch (see the top of this file). The thread's slot for
- * `hash` on `stream` names an entry and exec; the entry is pinned (busy) and then shown unchanged by the
- * cache epoch, the exec owned and shown to be the same by its serial. `known` is the entry of
- * this signature as of cache epoch known_epoch (a pipeline's last launch): then the slot must
- * name it; without one the entry's key is compared. Returns the entry pinned with *x owned,
- * as entry_claim does, or NULL (then nothing is held) for the locked path. */
+ * `hash` on `stream` names an entry and exec; the exec is owned, the cache epoch then shown
+ * unchanged (a Dekker handshake with entry_evict(), which moves the epoch on before it owns
+ * an entry's execs), and the exec shown to be the same by its serial. Owning one of its execs
+ * keeps the entry from being evicted, so the entry is not pinned: a repeat launch makes one
+ * locked read-modify-write (the exec's claim). `known` is the entry of this signature as of
+ * cache epoch known_epoch (a pipeline's last launch): then the slot must name it; without one
+ * the entry's key is compared once the exec is held. Returns the entry, unpinned, with *x
+ * owned, or NULL (then nothing is held) for the locked path. */
 static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
                                  const struct gentry *known, uint64_t known_epoch,
                                  unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
@@ -1451,32 +1455,26 @@ static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
     atomic_store_explicit(&tc->in_registry, 1, CUPOOL_RELAXED);
     atomic_signal_fence(memory_order_seq_cst);
     /* the slot may outlive its structs: cupool_trim() moves the epoch on before it frees any */
-    if (atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED) != s->epoch) {
-        atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
-        return NULL;
+    struct gexec *c = s->exec;
+    bool got = atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED) == s->epoch && exec_own(c);
+    if (got) {
+        /* owned, then the epoch: an eviction of e that began before the claim shows here;
+         * one that begins after it finds the exec owned and gives up. With the epoch
+         * unchanged since the slot was filled, e was never freed; with the serial, c is
+         * still the exec of e that this slot saw. */
+        got = atomic_load(&cache_epoch) == s->epoch && c->entry == e &&
+              c->serial == s->serial && c->launched && c->last_stream == stream &&
+              (known || (e->ctx_id == ctx_id && e->nsig == nsig &&
+                         memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0));
+        if (!got)
+            exec_disown(c);
     }
-    struct gexec *got = NULL;
-    atomic_fetch_add(&e->busy, 1);
-    if (atomic_load(&cache_epoch) == s->epoch &&
-        (known || (e->ctx_id == ctx_id && e->nsig == nsig &&
-                   memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0))) {
-        struct gexec *c = s->exec;
-        if (exec_own(c)) {
-            if (c->entry == e && c->serial == s->serial && c->launched &&
-                c->last_stream == stream)
-                got = c;
-            else
-                exec_disown(c);
-        }
-    }
-    if (!got)
-        atomic_fetch_sub(&e->busy, 1);
     atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
     if (!got)
         return NULL;
     entry_touch(e);
     cupool__counter_inc(&tc->graph_hits);
-    *x = got;
+    *x = c;
     return e;
 }
 
@@ -1598,9 +1596,10 @@ static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
     }
 }
 
-/* Releases an exec after a launch: it stays in its entry (keep) or is dropped. */
+/* Releases an exec after a launch: it stays in its entry (keep) or is dropped; and the
+ * entry, when the launch pinned it (entry_claim; fast_claim does not). */
 static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
-                      bool launched, bool recorded)
+                      bool launched, bool recorded, bool pinned)
 {
     if (!keep && x->exec) {
         /* dropped with its launch queued: record its completion so the graveyard knows when
@@ -1620,7 +1619,8 @@ static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream str
             x->last_stream = stream;
         x->done_valid = recorded;
         exec_disown(x);
-        atomic_fetch_sub(&e->busy, 1);
+        if (pinned)
+            atomic_fetch_sub(&e->busy, 1);
         return;
     }
     pthread_mutex_lock(&cache_lock);
@@ -1630,7 +1630,8 @@ static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream str
             break;
         }
     exec_free(e, x, true);
-    atomic_fetch_sub(&e->busy, 1);
+    if (pinned)
+        atomic_fetch_sub(&e->busy, 1);
     evict();
     pthread_mutex_unlock(&cache_lock);
 }
@@ -1750,7 +1751,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     }
     uint64_t serial = x->serial; /* read while owned */
     count_launch(inst, failures, updated);
-    exec_done(e, x, keep, stream, launched, recorded);
+    exec_done(e, x, keep, stream, launched, recorded, !fast);
     if (keep && launched && !fast)
         slot_fill(hash, stream, e, x, serial, epoch);
     graves_maybe_reap();
@@ -1999,7 +2000,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         r = capture(stream, fn, user_data, &fresh_graph);
         if (r != CUDA_SUCCESS) {
             if (x) {
-                exec_done(e, x, true, stream, false, x->done_valid);
+                exec_done(e, x, true, stream, false, x->done_valid, !fast);
             } else {
                 exec_unreserve(e);
                 atomic_fetch_sub(&e->busy, 1);
@@ -2049,7 +2050,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     bool keep = !one_off && x->exec != NULL;
     uint64_t serial = x->serial; /* read while owned */
     count_launch(inst, failures, 0);
-    exec_done(e, x, keep, stream, launched, recorded);
+    exec_done(e, x, keep, stream, launched, recorded, !fast);
     if (keep && launched && !fast)
         slot_fill(hash, stream, e, x, serial, epoch);
     graves_maybe_reap();

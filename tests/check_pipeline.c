@@ -596,6 +596,63 @@ START_TEST(trim_during_repeat_launches)
 }
 END_TEST
 
+/* Repeat launches (claimed without the cache lock) on several threads, each of its own
+ * structure, with room in the cache for two: every miss evicts while the other threads are
+ * claiming their execs lock-free, and arguments change on every launch. */
+
+static pthread_barrier_t evict_start;
+
+static void *evicting_launcher(void *arg)
+{
+    int slot = (int)(intptr_t)arg, n = slot - 15; /* 1 to 4 kernels: four structures */
+    CUstream s;
+    cupool_pipeline_t p;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS ||
+        tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        cupool_pipeline_create(&p) != CUDA_SUCCESS) {
+        thread_errors++;
+        pthread_barrier_wait(&evict_start);
+        return NULL;
+    }
+    pthread_barrier_wait(&evict_start);
+    for (int i = 0; i < 300; i++) {
+        fill_chain(p, n, slot, 1 + (unsigned)(i % 3), 0); /* adds 1, 2 or 3 per kernel */
+        if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
+            thread_errors++;
+    }
+    if (tu.cuStreamSynchronize(s) != CUDA_SUCCESS)
+        thread_errors++;
+    cupool_pipeline_destroy(p);
+    tu.cuStreamDestroy(s);
+    return NULL;
+}
+
+START_TEST(eviction_during_lock_free_repeat_launches)
+{
+    setup_env("CUPOOL_GRAPH_CACHE_ENTRIES", "2");
+    pthread_t t[4];
+    ck_assert_int_eq(pthread_barrier_init(&evict_start, NULL, 4), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(
+            pthread_create(&t[i], NULL, evicting_launcher, (void *)(intptr_t)(16 + i)), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&evict_start);
+    ck_assert_int_eq(thread_errors, 0);
+    for (int i = 0; i < 4; i++) /* 300 launches of i + 1 kernels adding 1, 2, 3 in turn */
+        ck_assert_uint_eq(counter(16 + i), 100 * (1 + 2 + 3) * (unsigned)(i + 1));
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.launches, 4 * 300);
+    ck_assert_uint_eq(st.hits + st.misses, st.launches);
+    ck_assert_uint_le(st.entries, 4); /* over the bound only while every entry is in use */
+    ck_assert_uint_ge(st.misses, 4);  /* each structure once at least */
+    if (getenv("CUPOOLTEST_VERBOSE"))
+        printf("eviction race: %llu hits, %llu misses, %llu evictions\n",
+               (unsigned long long)st.hits, (unsigned long long)st.misses,
+               (unsigned long long)st.evictions);
+}
+END_TEST
+
 /* Kernel layouts are learnt again after cupool_trim(): identical nodes described before and
  * after it are still identical (nothing to update). */
 START_TEST(identical_nodes_across_a_trim_need_no_update)
@@ -856,6 +913,7 @@ int main(void)
     tcase_add_test(env, graph_disable_launches_eagerly);
     tcase_add_test(env, execs_shared_only_at_the_limit);
     tcase_add_test(env, repeat_launch_after_eviction_and_reuse);
+    tcase_add_test(env, eviction_during_lock_free_repeat_launches);
     tcase_add_test(env, quiet_streams_give_up_their_execs);
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     suite_add_tcase(s, env);
