@@ -41,7 +41,7 @@
 #endif
 
 enum kind { STREAMS, EVENTS, CALLS };
-int cupool_bench_graphs(CUcontext ctx, int iters, const char *label);
+int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label);
 enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_COUNT };
 static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched"};
 enum call { C_GET_CURRENT, C_GET_ID_NULL, C_GET_ID_CTX, C_IS_CAPTURING, C_LOCAL, C_COUNT };
@@ -342,12 +342,15 @@ static void setup_driver(int json)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: cupool-bench [streams] [events] [calls] [graphs] [--threads LIST] "
-               "[--pairs N] [--driver-pairs N] [--repeats R] [--graph-launches N] [--json]\n"
+               "[--pairs N] [--driver-pairs N] [--repeats R] [--graph-launches N] [--timeline] "
+               "[--json]\n"
                "  streams, events   acquire+release vs create+destroy (default: the first three)\n"
                "  calls             the driver calls on cupool's hot paths, alone\n"
                "  graphs            pipelines of 1, 10, 50 kernels: eager, hand-written graph,\n"
                "                    cupool hits, misses; 8 streams on one signature\n"
                "  --graph-launches N  timed launches per graphs figure (default 200)\n"
+               "  --timeline        graphs: when each thread of the 8-stream runs launched and\n"
+               "                    finished, on stderr\n"
                "  --threads LIST    comma-separated thread counts (default 1,2,4,8,16)\n"
                "  --pairs N         cupool pairs per thread per repeat (default 1000000)\n"
                "  --driver-pairs N  raw driver pairs per thread per repeat (default 2000)\n"
@@ -370,7 +373,7 @@ static long parse_long(const char *s, const char *what, long min, long max)
 
 int main(int argc, char **argv)
 {
-    int kinds[3] = {0, 0, 0}, json = 0, graphs = 0, graph_iters = 200;
+    int kinds[3] = {0, 0, 0}, json = 0, graphs = 0, graph_iters = 200, timeline = 0;
     int threads[16] = {1, 2, 4, 8, 16}, nthreads = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -386,6 +389,8 @@ int main(int argc, char **argv)
             graph_iters = (int)parse_long(argv[++i], "--graph-launches", 10, 1000000);
         else if (!strcmp(a, "--json"))
             json = 1;
+        else if (!strcmp(a, "--timeline"))
+            timeline = 1;
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -517,6 +522,6 @@ int main(int argc, char **argv)
     if (json)
         printf("]}\n");
     if (graphs)
-        return cupool_bench_graphs(ctx, graph_iters, label);
+        return cupool_bench_graphs(ctx, graph_iters, timeline, label);
     return 0;
 }

@@ -258,9 +258,13 @@ struct spinner {
     _Atomic int stage; /* 0 before the barrier, 1 launching, 2 synchronising, 3 finished */
     int by_hand; /* a graph and exec of its own, launched with cuGraphLaunch: the control */
     pthread_barrier_t *start;
+    double t_first, t_last, t_sync; /* ns: first and last launch returned, synchronised */
+    double slowest;                 /* ns: the slowest launch call */
+    int slowest_i;
 };
 
 static unsigned long long spin_ns = 2000000;
+static int print_timeline; /* --timeline */
 static CUgraph shared_graph; /* by_hand == 2: every thread's exec from this one graph */
 static pthread_mutex_t shared_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -300,10 +304,14 @@ static void *spin_thread(void *arg)
         sp->stage = 1;
         for (int i = 0; i < sp->launches; i++) {
             check("cuGraphLaunch", g.cuGraphLaunch(exec, sp->s));
+            if (i == 0)
+                sp->t_first = now_ns();
             sp->done++;
         }
+        sp->t_last = now_ns();
         sp->stage = 2;
         check("sync", g.cuStreamSynchronize(sp->s));
+        sp->t_sync = now_ns();
         sp->stage = 3;
         g.cuGraphExecDestroy(exec);
         if (graph)
@@ -316,11 +324,19 @@ static void *spin_thread(void *arg)
     pthread_barrier_wait(sp->start);
     sp->stage = 1;
     for (int i = 0; i < sp->launches; i++) {
+        double l0 = now_ns();
         check("launch", cupool_pipeline_launch(p, sp->s));
+        double l1 = now_ns();
+        if (l1 - l0 > sp->slowest)
+            sp->slowest = l1 - l0, sp->slowest_i = i;
+        if (i == 0)
+            sp->t_first = now_ns();
         sp->done++;
     }
+    sp->t_last = now_ns();
     sp->stage = 2;
     check("sync", g.cuStreamSynchronize(sp->s));
+    sp->t_sync = now_ns();
     sp->stage = 3;
     cupool_pipeline_destroy(p);
     return NULL;
@@ -338,6 +354,8 @@ static double throughput(int threads, int launches, int by_hand)
         sp[i].by_hand = by_hand;
         sp[i].done = 0;
         sp[i].stage = 0;
+        sp[i].slowest = 0;
+        sp[i].slowest_i = -1;
         sp[i].start = &start;
         pthread_create(&sp[i].t, NULL, spin_thread, &sp[i]);
     }
@@ -363,15 +381,29 @@ static double throughput(int threads, int launches, int by_hand)
     }
     for (int i = 0; i < threads; i++)
         pthread_join(sp[i].t, NULL);
-    double t = now_ns() - t0;
+    /* to the last synchronisation (the watchdog's 10 ms polling would round it up) */
+    double end = t0;
+    for (int i = 0; i < threads; i++)
+        end = sp[i].t_sync > end ? sp[i].t_sync : end;
+    double t = end - t0;
     pthread_barrier_destroy(&start);
+    if (print_timeline) { /* when each thread's launches returned, ms */
+        fprintf(stderr, "timeline (%s, %d threads), ms from the start: first launch, last "
+                        "launch, synchronised:\n", by_hand ? "by hand" : "cupool", threads);
+        for (int i = 0; i < threads; i++)
+            fprintf(stderr, "  thread %d: %8.3f %8.3f %8.3f (slowest launch: #%d, %.3f ms)\n", i,
+                    (sp[i].t_first - t0) / 1e6, (sp[i].t_last - t0) / 1e6,
+                    (sp[i].t_sync - t0) / 1e6, sp[i].slowest_i, sp[i].slowest / 1e6);
+    }
+
     return threads * launches / (t / 1e9);
 }
 
 #define GET(name, v) check(#name, cupool_driver_get_proc(#name, v, (void **)&g.name))
 
-int cupool_bench_graphs(CUcontext ctx, int iters, const char *label)
+int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label)
 {
+    print_timeline = timeline;
     bench_ctx = ctx;
     GET(cuModuleLoadData, 2000);
     GET(cuModuleGetFunction, 2000);

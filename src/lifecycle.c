@@ -183,6 +183,7 @@ void cupool__exit_marker_register(void)
 }
 
 static int membarrier_cmd; /* 0: none available */
+bool cupool__membarrier_expedited;
 
 void cupool__membarrier_register(void)
 {
@@ -190,7 +191,7 @@ void cupool__membarrier_register(void)
     long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
-        membarrier_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED;
+        membarrier_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED, cupool__membarrier_expedited = true;
     else if (cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL))
         membarrier_cmd = MEMBARRIER_CMD_GLOBAL;
 #endif

@@ -63,4 +63,12 @@ void cupool__membarrier_register(void);
  * fence was issued. */
 bool cupool__membarrier(void);
 
+/* Whether cupool__membarrier() is the expedited kind (microseconds), the condition for
+ * asymmetric handshakes on a hot path. Set once at initialisation. */
+extern bool cupool__membarrier_expedited;
+static inline bool cupool__membarrier_ready(void)
+{
+    return cupool__membarrier_expedited;
+}
+
 #endif

@@ -33,7 +33,9 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #define PIPELINE_MAGIC 0x7069706cu /* "pipl" */
 
@@ -1069,10 +1071,100 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
  * output take this lock. */
 static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* ---- the instantiation gate ----
+ * On the H200 (driver 580.159.04), a cuGraphInstantiate that runs while another thread is
+ * inside cuGraphLaunch can make both calls, and the driver calls of other threads meanwhile,
+ * wait until the queued work drains: with 2 ms kernels queued 50 deep, stalls of 10 to
+ * 100 ms, in a quarter of the trials, with or without a graph shared between the threads;
+ * with the two kept apart by a lock, none in 24 trials (docs/design.md). One thread
+ * instantiating while work is queued is not affected. So cupool never instantiates while one
+ * of its own launches is inside the driver: an instantiation closes the gate and waits for
+ * the launches in flight (a few microseconds each); a launch that finds the gate closed waits
+ * for the instantiation to end. A launch pays a plain store and a load (an asymmetric Dekker
+ * handshake: the instantiating side pays with membarrier(2), or, where the kernel lacks it,
+ * each launch with a fence). */
+static pthread_mutex_t inst_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint32_t inst_gate;   /* an instantiation is starting or running */
+static _Atomic uint32_t launch_anon; /* gated launches of threads without a cache */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void launch_leave(_Atomic uint32_t *flag)
+{
+    if (CUPOOL_UNLIKELY(flag == &launch_anon))
+        atomic_fetch_sub(flag, 1);
+    else
+        atomic_store_explicit(flag, 0, CUPOOL_RELEASE);
+}
+
+/* cuGraphLaunch, never while cupool instantiates (above). */
+static CUresult launch_gated(CUgraphExec exec, CUstream stream)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    _Atomic uint32_t *flag = tc ? &tc->in_launch : &launch_anon;
+    for (;;) {
+        if (CUPOOL_LIKELY(tc != NULL)) {
+            atomic_store_explicit(flag, 1, CUPOOL_RELAXED);
+            if (CUPOOL_LIKELY(cupool__membarrier_ready()))
+                atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
+            else
+                atomic_thread_fence(memory_order_seq_cst);
+        } else {
+            atomic_fetch_add(flag, 1);
+        }
+        if (CUPOOL_LIKELY(!atomic_load_explicit(&inst_gate, CUPOOL_RELAXED)))
+            break;
+        launch_leave(flag); /* an instantiation is starting: wait for its end */
+        pthread_mutex_lock(&inst_lock);
+        pthread_mutex_unlock(&inst_lock);
+    }
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(exec, stream));
+    launch_leave(flag);
+    return r;
+}
+
+/* Waits (5 ms at most: a launch blocked on a full queue is not waited out) until no other
+ * thread is inside a gated launch. */
+static void launches_drain(void)
+{
+    if (cupool__membarrier_ready())
+        cupool__membarrier();
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+    uint64_t deadline = now_ns() + 5000000u;
+    struct cupool__tcache *self = cupool__tl;
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+        const _Atomic uint32_t *f = tc == self ? NULL : &tc->in_launch;
+        for (unsigned spins = 0; f && atomic_load_explicit(f, CUPOOL_ACQUIRE); spins++)
+            if (spins > 64 && (now_ns() > deadline || (sched_yield(), false)))
+                break;
+    }
+    for (unsigned spins = 0; atomic_load_explicit(&launch_anon, CUPOOL_ACQUIRE); spins++)
+        if (spins > 64 && (now_ns() > deadline || (sched_yield(), false)))
+            break;
+}
+
+/* cuGraphInstantiateWithFlags, with no launch of cupool's inside the driver meanwhile. */
+static CUresult instantiate_gated(CUgraphExec *exec, CUgraph graph)
+{
+    pthread_mutex_lock(&inst_lock);
+    atomic_store(&inst_gate, 1);
+    launches_drain();
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
+    atomic_store_explicit(&inst_gate, 0, CUPOOL_RELEASE);
+    pthread_mutex_unlock(&inst_lock);
+    return r;
+}
+
 static CUresult instantiate_template(CUgraphExec *exec, CUgraph graph)
 {
     pthread_mutex_lock(&template_lock);
-    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
+    CUresult r = instantiate_gated(exec, graph);
     pthread_mutex_unlock(&template_lock);
     return r;
 }
@@ -1085,8 +1177,7 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     x->entry = e;
     /* a capture's own graph is this call's alone; the template is shared */
-    CUresult r = graph ? CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, graph, 0))
-                       : instantiate_template(&x->exec, e->graph);
+    CUresult r = graph ? instantiate_gated(&x->exec, graph) : instantiate_template(&x->exec, e->graph);
     if (r != CUDA_SUCCESS) {
         exec_struct_put_locked(x);
         return cupool__fail(r, "cuGraphInstantiateWithFlags failed");
@@ -1566,7 +1657,7 @@ static void exec_unreserve(struct gentry *e)
 static CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream, bool *recorded)
 {
     *recorded = false;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+    CUresult r = launch_gated(x->exec, stream);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuGraphLaunch failed");
     if (atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED)) {
@@ -2033,7 +2124,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
             failures++;
             CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
             x->exec = NULL;
-            r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(&x->exec, fresh_graph, 0));
+            r = instantiate_gated(&x->exec, fresh_graph);
             inst++;
             if (r != CUDA_SUCCESS)
                 x->exec = NULL;

@@ -116,6 +116,9 @@ struct cupool__tcache {
     /* 1 while this thread reads the registry without its lock (cupool__reg_read), so a
      * replaced table is freed only once no reader can still be inside it. */
     _Atomic uint32_t in_registry;
+    /* 1 while this thread is inside a graph launch cupool makes (pipeline.c: the
+     * instantiation gate), written by its thread with a plain store. */
+    _Atomic uint32_t in_launch;
     struct cupool__gslot gslots[CUPOOL_GSLOTS];
     _Atomic uint64_t graph_hits; /* graph-cache hits claimed through gslots */
     _Atomic uint64_t graph_updates, graph_nodes_updated; /* this thread's exec updates */

@@ -646,6 +646,8 @@ START_TEST(eviction_during_lock_free_repeat_launches)
     ck_assert_uint_eq(st.hits + st.misses, st.launches);
     ck_assert_uint_le(st.entries, 4); /* over the bound only while every entry is in use */
     ck_assert_uint_ge(st.misses, 4);  /* each structure once at least */
+    if (tu_fake.present) /* instantiations on misses never overlapped the others' launches */
+        ck_assert_uint_eq(tu_fake.instantiate_launch_overlaps(), 0);
     if (getenv("CUPOOLTEST_VERBOSE"))
         printf("eviction race: %llu hits, %llu misses, %llu evictions\n",
                (unsigned long long)st.hits, (unsigned long long)st.misses,
@@ -716,6 +718,9 @@ static void concurrent_streams(void)
     }
     ck_assert_int_eq(thread_errors, 0);
     ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    /* no instantiation while another thread was inside a launch (on an H200 both can then
+     * wait until the queued work drains) */
+    ck_assert_uint_eq(tu_fake.instantiate_launch_overlaps(), 0);
     /* no exec destroyed while its launches were queued: a destroy that waits would have held
      * up the launches of every other thread */
     ck_assert_uint_eq(tu_fake.exec_destroy_waits(), 0);

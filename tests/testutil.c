@@ -72,6 +72,8 @@ void tu_resolve(void)
     *(void **)&tu_fake.poison_context = dlsym(h, "fakecuda_poison_context");
     *(void **)&tu_fake.slab_bytes = dlsym(h, "fakecuda_slab_bytes");
     *(void **)&tu_fake.exec_overlaps = dlsym(h, "fakecuda_exec_overlaps");
+    *(void **)&tu_fake.instantiate_launch_overlaps =
+        dlsym(h, "fakecuda_instantiate_launch_overlaps");
     *(void **)&tu_fake.exec_destroy_waits = dlsym(h, "fakecuda_exec_destroy_waits");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);

@@ -75,6 +75,7 @@ struct tu_fake {
     void (*poison_context)(CUcontext, CUresult);
     size_t (*slab_bytes)(void);
     unsigned long (*exec_overlaps)(void);
+    unsigned long (*instantiate_launch_overlaps)(void);
     unsigned long (*exec_destroy_waits)(void);
 };
 extern struct tu_fake tu_fake;

@@ -3221,12 +3221,32 @@ static CUresult instantiate_entry(CUgraphExec *phGraphExec, CUgraph hGraph,
     return leave(instantiate(phGraphExec, hGraph, flags));
 }
 
+/* An instantiation while another thread is inside cuGraphLaunch: on an H200 both calls can
+ * then wait until the queued work drains (tens of ms behind long kernels). Counted, outside
+ * the simulation's lock, by whichever of the two calls finds the other under way. */
+static _Atomic long g_launching, g_instantiating;
+static _Atomic unsigned long g_inst_launch_overlaps;
+
+static void inst_begin(void)
+{
+    atomic_fetch_add(&g_instantiating, 1);
+    if (atomic_load(&g_launching) > 0)
+        atomic_fetch_add(&g_inst_launch_overlaps, 1);
+}
+
+static void inst_end(void)
+{
+    atomic_fetch_sub(&g_instantiating, 1);
+}
+
 CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                              unsigned long long flags)
 {
+    inst_begin();
     int slot = graph_use_begin(hGraph);
     CUresult r = instantiate_entry(phGraphExec, hGraph, flags);
     graph_use_end(slot);
+    inst_end();
     return r;
 }
 
@@ -3236,12 +3256,14 @@ CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
                                        CUgraphNode *phErrorNode, char *logBuffer,
                                        size_t bufferSize)
 {
-    ENTER(cuGraphInstantiate, 1);
+    inst_begin();
+    CUresult r = instantiate_entry(phGraphExec, hGraph, 0);
+    inst_end();
     if (phErrorNode)
         *phErrorNode = NULL;
     if (logBuffer && bufferSize)
         logBuffer[0] = '\0';
-    return leave(instantiate(phGraphExec, hGraph, 0));
+    return r;
 }
 
 static unsigned long g_exec_overlaps;      /* launches that waited on the exec's other stream */
@@ -3348,7 +3370,19 @@ static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
     return CUDA_SUCCESS;
 }
 
+static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream);
+
 CUresult CUDAAPI cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    atomic_fetch_add(&g_launching, 1);
+    if (atomic_load(&g_instantiating) > 0)
+        atomic_fetch_add(&g_inst_launch_overlaps, 1);
+    CUresult r = graph_launch(hGraphExec, hStream);
+    atomic_fetch_sub(&g_launching, 1);
+    return r;
+}
+
+static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream)
 {
     ENTER(cuGraphLaunch, 1);
     struct fc_exec *e;
@@ -3938,6 +3972,11 @@ unsigned long fakecuda_exec_destroy_waits(void)
     unsigned long n = g_exec_destroy_waits;
     unlock();
     return n;
+}
+
+unsigned long fakecuda_instantiate_launch_overlaps(void)
+{
+    return atomic_load(&g_inst_launch_overlaps);
 }
 
 unsigned long fakecuda_exec_overlaps(void)

@@ -66,6 +66,9 @@ size_t fakecuda_slab_bytes(void);
 /** Graph launches that had to wait for a launch of the same exec still running on another
  * stream (the driver serialises those silently; see docs/graph-cache.md). */
 unsigned long fakecuda_exec_overlaps(void);
+/* Instantiations made while another thread was inside cuGraphLaunch (or the reverse): on an
+ * H200 such an overlap can stall both calls until the queued work drains. */
+unsigned long fakecuda_instantiate_launch_overlaps(void);
 /** cuGraphExecDestroy calls on an exec whose launches were still queued (the destroy may
  * wait for them: FAKECUDA_DESTROY_WAITS=1 makes it). */
 unsigned long fakecuda_exec_destroy_waits(void);
