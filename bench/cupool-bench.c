@@ -349,8 +349,8 @@ static void usage(FILE *f)
                "  graphs            pipelines of 1, 10, 50 kernels: eager, hand-written graph,\n"
                "                    cupool hits, misses; 8 streams on one signature\n"
                "  --graph-launches N  timed launches per graphs figure (default 200)\n"
-               "  --timeline        graphs: when each thread of the 8-stream runs launched and\n"
-               "                    finished, on stderr\n"
+               "  --timeline        graphs: when each thread of the one-signature runs (fifty\n"
+               "                    2 ms kernels per thread) launched and finished, on stderr\n"
                "  --threads LIST    comma-separated thread counts (default 1,2,4,8,16)\n"
                "  --pairs N         cupool pairs per thread per repeat (default 1000000)\n"
                "  --driver-pairs N  raw driver pairs per thread per repeat (default 2000)\n"
@@ -424,6 +424,10 @@ int main(int argc, char **argv)
         kinds[STREAMS] = kinds[EVENTS] = kinds[CALLS] = 1;
     if (graphs && json) {
         fprintf(stderr, "cupool-bench: graphs has no --json output yet\n");
+        return 2;
+    }
+    if (timeline && !graphs) {
+        fprintf(stderr, "cupool-bench: --timeline is for graphs\n");
         return 2;
     }
 

@@ -258,6 +258,7 @@ struct spinner {
     _Atomic int stage; /* 0 before the barrier, 1 launching, 2 synchronising, 3 finished */
     int by_hand; /* a graph and exec of its own, launched with cuGraphLaunch: the control */
     pthread_barrier_t *start;
+    double t_start;                 /* ns: past the start barrier (by hand 3: instantiated) */
     double t_first, t_last, t_sync; /* ns: first and last launch returned, synchronised */
     double slowest;                 /* ns: the slowest launch call */
     int slowest_i;
@@ -301,9 +302,14 @@ static void *spin_thread(void *arg)
         pthread_mutex_unlock(&shared_graph_lock);
         if (sp->by_hand != 3)
             pthread_barrier_wait(sp->start);
+        sp->t_start = now_ns();
         sp->stage = 1;
         for (int i = 0; i < sp->launches; i++) {
+            double l0 = now_ns();
             check("cuGraphLaunch", g.cuGraphLaunch(exec, sp->s));
+            double l1 = now_ns();
+            if (l1 - l0 > sp->slowest)
+                sp->slowest = l1 - l0, sp->slowest_i = i;
             if (i == 0)
                 sp->t_first = now_ns();
             sp->done++;
@@ -322,6 +328,7 @@ static void *spin_thread(void *arg)
     check("pipeline", cupool_pipeline_create(&p));
     check("kernel", cupool_pipeline_kernel(p, spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     pthread_barrier_wait(sp->start);
+    sp->t_start = now_ns();
     sp->stage = 1;
     for (int i = 0; i < sp->launches; i++) {
         double l0 = now_ns();
@@ -381,15 +388,21 @@ static double throughput(int threads, int launches, int by_hand)
     }
     for (int i = 0; i < threads; i++)
         pthread_join(sp[i].t, NULL);
-    /* to the last synchronisation (the watchdog's 10 ms polling would round it up) */
+    /* from the first thread past the start to the last synchronisation (the watchdog's
+     * 10 ms polling would round the end up) */
     double end = t0;
-    for (int i = 0; i < threads; i++)
+    for (int i = 0; i < threads; i++) {
         end = sp[i].t_sync > end ? sp[i].t_sync : end;
+        t0 = by_hand != 3 && sp[i].t_start < t0 ? sp[i].t_start : t0;
+    }
     double t = end - t0;
     pthread_barrier_destroy(&start);
     if (print_timeline) { /* when each thread's launches returned, ms */
+        static const char *const how[4] = {"cupool", "by hand, a graph per thread",
+                                           "by hand, one graph", "by hand, instantiated after "
+                                                                 "the start"};
         fprintf(stderr, "timeline (%s, %d threads), ms from the start: first launch, last "
-                        "launch, synchronised:\n", by_hand ? "by hand" : "cupool", threads);
+                        "launch, synchronised:\n", how[by_hand], threads);
         for (int i = 0; i < threads; i++)
             fprintf(stderr, "  thread %d: %8.3f %8.3f %8.3f (slowest launch: #%d, %.3f ms)\n", i,
                     (sp[i].t_first - t0) / 1e6, (sp[i].t_last - t0) / 1e6,

@@ -303,6 +303,9 @@ CUPOOL_API size_t cupool_metadata_bytes(void);
  * a repeat launch of the same structure replays a cached CUgraphExec with only the changed
  * nodes patched in. A pipeline object is used by one thread at a time; reset and refill it
  * per request. Nodes are numbered from 0 in the order added (cupool_node_t).
+ * An add that fails (any cupool_pipeline_ call that appends a node or sets dependencies)
+ * leaves the pipeline as it was, and the pipeline remembers the error: launches return it
+ * until cupool_pipeline_reset(), so a description missing a node is never launched.
  */
 typedef struct cupool_pipeline *cupool_pipeline_t;
 typedef unsigned int cupool_node_t;
@@ -316,7 +319,8 @@ CUPOOL_API CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline);
  * live pipeline, as far as can be told: a destroyed one must not be used). Cached graphs stay
  * cached. */
 CUPOOL_API CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline);
-/** Removes every node, keeping the pipeline's memory for the next description. */
+/** Removes every node and forgets a failed add, keeping the pipeline's memory for the next
+ * description. Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (not a pipeline). */
 CUPOOL_API CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline);
 
 /**
@@ -375,7 +379,8 @@ CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_no
  * graph launches wait for it (0.05 to 1.6 ms on an H200): an instantiation overlapping a
  * launch in the driver can stall both for as long as queued work takes to drain
  * (docs/graph-cache.md, "Instantiation and launches").
- * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline, or no nodes); the driver's
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline, or no nodes); the error of
+ * an add that failed since the last reset (nothing is launched); the driver's
  * error of a failed launch (the cache stays consistent); the lifecycle errors of every call.
  */
 CUPOOL_API CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream);

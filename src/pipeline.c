@@ -97,6 +97,7 @@ struct cupool_pipeline {
     uint64_t last_hash;
     uint32_t last_n;
     bool sig_dirty;            /* structure differs from the last launch's (or none yet) */
+    CUresult add_error;        /* the first failed add since the last reset (launches refuse) */
     struct gentry *last_entry; /* the entry the last launch used, valid while ... */
     uint64_t last_epoch;       /* ... the cache's epoch has not moved */
     unsigned long long last_ctx_id;
@@ -275,6 +276,7 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->alen = 0;
     p->sigpos = 1; /* word 0 is the node count, compared at launch */
     p->sig_dirty = p->last_nsig == 0;
+    p->add_error = CUDA_SUCCESS;
     p->gen++;
     return CUDA_SUCCESS;
 }
@@ -323,10 +325,20 @@ static CUresult node_push(struct cupool_pipeline *p, uint32_t type, struct pnode
     return CUDA_SUCCESS;
 }
 
-CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
-                                unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
-                                unsigned int block_y, unsigned int block_z,
-                                unsigned int shared_bytes, void **args, cupool_node_t *node)
+/* A failed add leaves the description short of what its caller meant: the pipeline keeps
+ * the first such error, and launches return it until cupool_pipeline_reset(). */
+static CUresult add_noted(cupool_pipeline_t pipeline, CUresult r)
+{
+    struct cupool_pipeline *p = pipeline_of(pipeline);
+    if (r != CUDA_SUCCESS && p && p->add_error == CUDA_SUCCESS)
+        p->add_error = r;
+    return r;
+}
+
+static CUresult kernel_add(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                           unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                           unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,
+                           void **args, cupool_node_t *node)
 {
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!p || !f || !grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
@@ -372,13 +384,12 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
     return CUDA_SUCCESS;
 }
 
-CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
-                                unsigned int element_bytes, size_t count, cupool_node_t *node)
+static CUresult memset_add(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
+                           unsigned int element_bytes, size_t count, cupool_node_t *node)
 {
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!p || !dst || !count || (element_bytes != 1 && element_bytes != 4))
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            "cupool_pipeline_memset: %s",
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_memset: %s",
                             !p ? "not a pipeline" : "needs dst, count > 0, element_bytes 1 or 4");
     struct pnode *n;
     CUresult r = node_push(p, PN_MEMSET, &n, node);
@@ -392,8 +403,8 @@ CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, uns
     return r;
 }
 
-CUresult cupool_pipeline_memcpy(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdeviceptr src,
-                                size_t bytes, cupool_node_t *node)
+static CUresult memcpy_add(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdeviceptr src,
+                           size_t bytes, cupool_node_t *node)
 {
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!p || !dst || !src || !bytes)
@@ -429,17 +440,18 @@ static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type
 CUresult cupool_pipeline_event_record(cupool_pipeline_t pipeline, CUevent event,
                                       cupool_node_t *node)
 {
-    return event_node(pipeline, event, PN_RECORD, node, "cupool_pipeline_event_record");
+    return add_noted(pipeline,
+                     event_node(pipeline, event, PN_RECORD, node, "cupool_pipeline_event_record"));
 }
 
-CUresult cupool_pipeline_event_wait(cupool_pipeline_t pipeline, CUevent event,
-                                    cupool_node_t *node)
+CUresult cupool_pipeline_event_wait(cupool_pipeline_t pipeline, CUevent event, cupool_node_t *node)
 {
-    return event_node(pipeline, event, PN_WAIT, node, "cupool_pipeline_event_wait");
+    return add_noted(pipeline,
+                     event_node(pipeline, event, PN_WAIT, node, "cupool_pipeline_event_wait"));
 }
 
-CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn, void *user_data,
-                              cupool_node_t *node)
+static CUresult host_add(cupool_pipeline_t pipeline, CUhostFn fn, void *user_data,
+                         cupool_node_t *node)
 {
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!p || !fn)
@@ -455,8 +467,8 @@ CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn, void *use
     return r;
 }
 
-CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
-                                const cupool_node_t *on, size_t count)
+static CUresult depend_add(cupool_pipeline_t pipeline, cupool_node_t node, const cupool_node_t *on,
+                           size_t count)
 {
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!p || node >= (p ? p->n : 0) || (count && !on))
@@ -483,6 +495,41 @@ CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
     for (size_t i = 0; i < count; i++)
         p->deps[p->ndeps++] = on[i];
     return CUDA_SUCCESS;
+}
+
+/* The public adds: each failure is noted in the pipeline (add_noted). */
+
+CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                                unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                                unsigned int block_y, unsigned int block_z,
+                                unsigned int shared_bytes, void **args, cupool_node_t *node)
+{
+    return add_noted(pipeline, kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y,
+                                          block_z, shared_bytes, args, node));
+}
+
+CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
+                                unsigned int element_bytes, size_t count, cupool_node_t *node)
+{
+    return add_noted(pipeline, memset_add(pipeline, dst, value, element_bytes, count, node));
+}
+
+CUresult cupool_pipeline_memcpy(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdeviceptr src,
+                                size_t bytes, cupool_node_t *node)
+{
+    return add_noted(pipeline, memcpy_add(pipeline, dst, src, bytes, node));
+}
+
+CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn, void *user_data,
+                              cupool_node_t *node)
+{
+    return add_noted(pipeline, host_add(pipeline, fn, user_data, node));
+}
+
+CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
+                                const cupool_node_t *on, size_t count)
+{
+    return add_noted(pipeline, depend_add(pipeline, node, on, count));
 }
 
 /* ---- signature ---- */
@@ -1734,6 +1781,11 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     if (!p || p->n == 0)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_launch: %s",
                             !p ? "not a pipeline" : "the pipeline has no nodes");
+    if (CUPOOL_UNLIKELY(p->add_error != CUDA_SUCCESS))
+        return cupool__fail(p->add_error,
+                            "cupool_pipeline_launch: a node could not be added (error %d) since "
+                            "the last cupool_pipeline_reset: the description is incomplete",
+                            (int)p->add_error);
     CUresult r = cupool__enter();
     if (r != CUDA_SUCCESS)
         return r;

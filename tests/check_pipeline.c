@@ -770,7 +770,17 @@ START_TEST(bad_input)
     TU_EQ(cupool_pipeline_depend(p, b, NULL, 1), CUDA_ERROR_INVALID_VALUE);
     cupool_node_t twice[2] = {a, a};
     TU_EQ(cupool_pipeline_depend(p, b, twice, 2), CUDA_ERROR_INVALID_VALUE);
-    TU_OK(cupool_pipeline_launch(p, s1)); /* still valid after the refusals */
+    /* a refused add leaves the description short of what was meant: launches refuse, with
+     * the first add's error, until a reset; nothing is launched meanwhile */
+    cupool_graph_stats_t before = gstats();
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(cupool_error_string(), "could not be added"));
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_uint_eq(gstats().launches, before.launches);
+    TU_OK(cupool_pipeline_reset(p));
+    fill_chain(p, 2, 5, 3, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(5), 2 * 3);
     TU_OK(cupool_pipeline_destroy(p));
     TU_OK(cupool_pipeline_destroy(NULL));
 }
