@@ -1131,9 +1131,17 @@ static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER;
  * for the instantiation to end. A launch pays a plain store and a load (an asymmetric Dekker
  * handshake: the instantiating side pays with membarrier(2), or, where the kernel lacks it,
  * each launch with a fence). */
-static pthread_mutex_t inst_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t inst_lock = PTHREAD_MUTEX_INITIALIZER; /* one instantiation at a time */
 static _Atomic uint32_t inst_gate;   /* an instantiation is starting or running */
 static _Atomic uint32_t launch_anon; /* gated launches of threads without a cache */
+/* Launches held at the gate go first: an instantiation waits (GATE_YIELD_NS at most) until
+ * none is waiting before it closes the gate again, so that back-to-back instantiations on
+ * other threads cannot hold a launch back for longer than about one of them. */
+static _Atomic uint32_t gate_waiters;
+static pthread_mutex_t gate_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
+#define GATE_YIELD_NS 2000000u
+#define GATE_DRAIN_NS 5000000u
 
 static uint64_t now_ns(void)
 {
@@ -1150,41 +1158,60 @@ static inline void launch_leave(_Atomic uint32_t *flag)
         atomic_store_explicit(flag, 0, CUPOOL_RELEASE);
 }
 
+/* Marks a launch in flight and reports whether the gate is open (if not, the mark is gone). */
+static inline bool launch_enter(struct cupool__tcache *tc, _Atomic uint32_t *flag)
+{
+    if (CUPOOL_LIKELY(tc != NULL)) {
+        atomic_store_explicit(flag, 1, CUPOOL_RELAXED);
+        if (CUPOOL_LIKELY(cupool__membarrier_ready()))
+            atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
+        else
+            atomic_thread_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_add(flag, 1);
+        if (!cupool__membarrier_ready())
+            atomic_thread_fence(memory_order_seq_cst);
+    }
+    if (CUPOOL_LIKELY(!atomic_load_explicit(&inst_gate, CUPOOL_RELAXED)))
+        return true;
+    launch_leave(flag);
+    return false;
+}
+
 /* cuGraphLaunch, never while cupool instantiates (above). */
 static CUresult launch_gated(CUgraphExec exec, CUstream stream)
 {
+    if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
+        return CUPOOL_DRV(cupool__drv.cuGraphLaunch(exec, stream));
     struct cupool__tcache *tc = cupool__tl;
     _Atomic uint32_t *flag = tc ? &tc->in_launch : &launch_anon;
-    for (;;) {
-        if (CUPOOL_LIKELY(tc != NULL)) {
-            atomic_store_explicit(flag, 1, CUPOOL_RELAXED);
-            if (CUPOOL_LIKELY(cupool__membarrier_ready()))
-                atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
-            else
-                atomic_thread_fence(memory_order_seq_cst);
-        } else {
-            atomic_fetch_add(flag, 1);
-        }
-        if (CUPOOL_LIKELY(!atomic_load_explicit(&inst_gate, CUPOOL_RELAXED)))
-            break;
-        launch_leave(flag); /* an instantiation is starting: wait for its end */
-        pthread_mutex_lock(&inst_lock);
-        pthread_mutex_unlock(&inst_lock);
+    if (CUPOOL_UNLIKELY(!launch_enter(tc, flag))) {
+        /* an instantiation is starting or running: wait for the gate to open, ahead of the
+         * next instantiation (see gate_waiters) */
+        atomic_fetch_add(&gate_waiters, 1);
+        do {
+            pthread_mutex_lock(&gate_mutex);
+            while (atomic_load(&inst_gate))
+                pthread_cond_wait(&gate_open, &gate_mutex);
+            pthread_mutex_unlock(&gate_mutex);
+        } while (!launch_enter(tc, flag));
+        atomic_fetch_sub(&gate_waiters, 1);
     }
     CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(exec, stream));
     launch_leave(flag);
     return r;
 }
 
-/* Waits (5 ms at most: a launch blocked on a full queue is not waited out) until no other
- * thread is inside a gated launch. */
+/* Waits until no other thread is inside a gated launch: GATE_DRAIN_NS at most (a launch
+ * blocked on a full queue, or its thread descheduled, is not waited out: the gate is a best
+ * effort against a driver stall, not a correctness condition). */
 static void launches_drain(void)
 {
     if (cupool__membarrier_ready())
         cupool__membarrier();
     else
         atomic_thread_fence(memory_order_seq_cst);
-    uint64_t deadline = now_ns() + 5000000u;
+    uint64_t deadline = now_ns() + GATE_DRAIN_NS;
     struct cupool__tcache *self = cupool__tl;
     for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
         const _Atomic uint32_t *f = tc == self ? NULL : &tc->in_launch;
@@ -1200,11 +1227,22 @@ static void launches_drain(void)
 /* cuGraphInstantiateWithFlags, with no launch of cupool's inside the driver meanwhile. */
 static CUresult instantiate_gated(CUgraphExec *exec, CUgraph graph)
 {
+    if (!cupool__cfg.graph_gate) /* CUPOOL_GRAPH_GATE=0 */
+        return CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
     pthread_mutex_lock(&inst_lock);
+    /* launches held back by the previous instantiation pass first */
+    if (atomic_load(&gate_waiters)) {
+        uint64_t deadline = now_ns() + GATE_YIELD_NS;
+        while (atomic_load(&gate_waiters) && now_ns() < deadline)
+            sched_yield();
+    }
     atomic_store(&inst_gate, 1);
     launches_drain();
     CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
-    atomic_store_explicit(&inst_gate, 0, CUPOOL_RELEASE);
+    pthread_mutex_lock(&gate_mutex);
+    atomic_store(&inst_gate, 0);
+    pthread_cond_broadcast(&gate_open);
+    pthread_mutex_unlock(&gate_mutex);
     pthread_mutex_unlock(&inst_lock);
     return r;
 }

@@ -655,6 +655,25 @@ START_TEST(eviction_during_lock_free_repeat_launches)
 }
 END_TEST
 
+/* CUPOOL_GRAPH_GATE=0: instantiations may overlap launches; results stay right. */
+START_TEST(gate_off_keeps_results_right)
+{
+    setup_env("CUPOOL_GRAPH_GATE", "0");
+    pthread_t t[4];
+    ck_assert_int_eq(pthread_barrier_init(&evict_start, NULL, 4), 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(
+            pthread_create(&t[i], NULL, evicting_launcher, (void *)(intptr_t)(16 + i)), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&evict_start);
+    ck_assert_int_eq(thread_errors, 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(counter(16 + i), 100 * (1 + 2 + 3) * (unsigned)(i + 1));
+    ck_assert_uint_eq(gstats().launches, 4 * 300);
+}
+END_TEST
+
 /* Kernel layouts are learnt again after cupool_trim(): identical nodes described before and
  * after it are still identical (nothing to update). */
 START_TEST(identical_nodes_across_a_trim_need_no_update)
@@ -929,6 +948,7 @@ int main(void)
     tcase_add_test(env, execs_shared_only_at_the_limit);
     tcase_add_test(env, repeat_launch_after_eviction_and_reuse);
     tcase_add_test(env, eviction_during_lock_free_repeat_launches);
+    tcase_add_test(env, gate_off_keeps_results_right);
     tcase_add_test(env, quiet_streams_give_up_their_execs);
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     suite_add_tcase(s, env);
