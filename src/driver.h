@@ -65,6 +65,8 @@
     X(cuGraphInstantiateWithFlags, 11040, CUresult,                                         \
       (CUgraphExec * e, CUgraph g, unsigned long long flags))                               \
     X(cuGraphLaunch, 10000, CUresult, (CUgraphExec e, CUstream s))                          \
+    X(cuGraphClone, 10000, CUresult, (CUgraph * c, CUgraph g))                              \
+    X(cuGraphNodeFindInClone, 10000, CUresult, (CUgraphNode * n, CUgraphNode o, CUgraph c))  \
     X(cuGraphExecDestroy, 10000, CUresult, (CUgraphExec e))                                 \
     X(cuGraphExecKernelNodeSetParams, 12000, CUresult,                                      \
       (CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p))                     \

@@ -574,6 +574,12 @@ struct gexec {
     uint64_t serial;
     struct gexec *free_next;
     CUgraphExec exec;
+    /* Its own clone of the entry's template, instantiated once, and the clone's nodes in the
+     * template's order (for updates): NULL for an exec of a capture's own graph (see
+     * exec_new_of for why a template is never instantiated twice). */
+    CUgraph graph;
+    CUgraphNode *nodes;
+    uint32_t nnodes;
     CUstream last_stream; /* compared only, never passed to the driver again */
     CUevent done;         /* recorded after each launch once the entry is multi-stream */
     bool launched, done_valid;
@@ -788,6 +794,7 @@ static int entry_ctx_state(const struct gentry *e)
  * still-running exec once it completes). cupool_trim() and unload destroy them all. */
 struct grave {
     CUgraphExec exec;
+    CUgraph graph; /* the exec's own clone of its template */
     CUevent done;
     bool done_valid;
     CUcontext ctx;
@@ -797,6 +804,10 @@ struct grave {
 #define GRAVES_BLIND_MAX 16
 static struct grave graves[GRAVES_MAX]; /* cache lock */
 static int ngraves, nblind;
+/* the instantiation gate (below): sections of driver calls no instantiation overlaps */
+static _Atomic uint32_t *gate_enter(void);
+static inline void gate_leave(_Atomic uint32_t *c);
+
 static _Atomic int graves_due; /* graves a launch may reap now (read without the lock) */
 
 static void graves_count(void)
@@ -816,6 +827,8 @@ static bool grave_destroy(const struct grave *g)
         return true; /* its context is gone: nothing to call */
     if (g->exec)
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(g->exec));
+    if (g->graph)
+        CUPOOL_DRV(cupool__drv.cuGraphDestroy(g->graph));
     if (g->done)
         CUPOOL_DRV(cupool__drv.cuEventDestroy(g->done));
     return true;
@@ -827,8 +840,8 @@ static bool exec_bury(const struct gentry *e, struct gexec *x)
 {
     if (ngraves == GRAVES_MAX)
         return false;
-    graves[ngraves++] = (struct grave){x->exec, x->done, x->done_valid && x->done != NULL,
-                                       e->ctx, e->ctx_id};
+    graves[ngraves++] = (struct grave){x->exec, x->graph, x->done,
+                                       x->done_valid && x->done != NULL, e->ctx, e->ctx_id};
     if (!graves[ngraves - 1].done_valid)
         nblind++;
     graves_count();
@@ -895,14 +908,15 @@ static inline void graves_maybe_reap(void)
 
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 {
-    if (alive && (x->exec || x->done) && !exec_bury(e, x)) {
-        struct grave g = {x->exec, x->done, false, e->ctx, e->ctx_id};
+    if (alive && (x->exec || x->done || x->graph) && !exec_bury(e, x)) {
+        struct grave g = {x->exec, x->graph, x->done, false, e->ctx, e->ctx_id};
         grave_destroy(&g); /* graveyard full: now, under the lock (rare) */
     }
     cache_bytes -= exec_bytes(e, x);
     cache_execs--;
     cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
     cupool__free(x->snap_args, x->snap_acap);
+    cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
     exec_struct_put(x);
 }
 
@@ -1126,13 +1140,18 @@ static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER;
  * 100 ms, in a quarter of the trials, with or without a graph shared between the threads;
  * with the two kept apart by a lock, none in 24 trials (docs/design.md). One thread
  * instantiating while work is queued is not affected. So cupool never instantiates while one
- * of its own launches is inside the driver: an instantiation closes the gate and waits for
- * the launches in flight (a few microseconds each); a launch that finds the gate closed waits
- * for the instantiation to end. A launch pays a plain store and a load (an asymmetric Dekker
- * handshake: the instantiating side pays with membarrier(2), or, where the kernel lacks it,
- * each launch with a fence). */
-static pthread_mutex_t inst_lock = PTHREAD_MUTEX_INITIALIZER; /* one instantiation at a time */
-static _Atomic uint32_t inst_gate;   /* an instantiation is starting or running */
+ * of its own launches (or exec updates, or completion-event records) is inside the driver:
+ * an instantiation closes the gate and waits for those in flight (a few microseconds each);
+ * a launch that finds the gate closed waits for the instantiations to end. Instantiations
+ * may run at once (each is of a graph of its own, see exec_new_of): one after the other, the
+ * last of eight threads starting together instantiated while the first were already
+ * synchronising, and stalled again (3.8x instead of 7.9x in 1 to 3 runs of 10). A section
+ * pays a plain store and a load (an asymmetric Dekker handshake: the instantiating side pays
+ * with membarrier(2), or, where the kernel lacks it, each section with a fence). */
+/* Instantiations starting or running (each of a graph of its own, so they may run at once:
+ * eight threads instantiating their own graphs together is what hand-written code does, and
+ * over sooner than one after the other). */
+static _Atomic uint32_t inst_gate;
 static _Atomic uint32_t launch_anon; /* gated launches of threads without a cache */
 /* Launches held at the gate go first: an instantiation waits (GATE_YIELD_NS at most) until
  * none is waiting before it closes the gate again, so that back-to-back instantiations on
@@ -1150,42 +1169,59 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static inline void launch_leave(_Atomic uint32_t *flag)
+/* The calls made inside a gated section: this thread's count (in its cache, or the shared
+ * one of threads without a cache). Sections nest (a count). */
+static inline _Atomic uint32_t *gate_count(void)
 {
-    if (CUPOOL_UNLIKELY(flag == &launch_anon))
-        atomic_fetch_sub(flag, 1);
-    else
-        atomic_store_explicit(flag, 0, CUPOOL_RELEASE);
+    struct cupool__tcache *tc = cupool__tl;
+    return CUPOOL_LIKELY(tc != NULL) ? &tc->in_launch : &launch_anon;
 }
 
-/* Marks a launch in flight and reports whether the gate is open (if not, the mark is gone). */
-static inline bool launch_enter(struct cupool__tcache *tc, _Atomic uint32_t *flag)
+static inline void gate_leave(_Atomic uint32_t *c)
 {
-    if (CUPOOL_LIKELY(tc != NULL)) {
-        atomic_store_explicit(flag, 1, CUPOOL_RELAXED);
+    if (!c)
+        return;
+    if (CUPOOL_UNLIKELY(c == &launch_anon))
+        atomic_fetch_sub(c, 1);
+    else
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
+}
+
+/* Counts this thread in and reports whether the gate is open (if not, it is counted out
+ * again). */
+static inline bool gate_try(_Atomic uint32_t *c)
+{
+    if (CUPOOL_LIKELY(c != &launch_anon)) {
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
         if (CUPOOL_LIKELY(cupool__membarrier_ready()))
             atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
         else
             atomic_thread_fence(memory_order_seq_cst);
     } else {
-        atomic_fetch_add(flag, 1);
+        atomic_fetch_add(c, 1);
         if (!cupool__membarrier_ready())
             atomic_thread_fence(memory_order_seq_cst);
     }
     if (CUPOOL_LIKELY(!atomic_load_explicit(&inst_gate, CUPOOL_RELAXED)))
         return true;
-    launch_leave(flag);
+    gate_leave(c);
     return false;
 }
 
-/* cuGraphLaunch, never while cupool instantiates (above). */
-static CUresult launch_gated(CUgraphExec exec, CUstream stream)
+/* Enters a section of driver calls on graphs, execs and their events that no instantiation
+ * of cupool's may overlap (above); returns what gate_leave() takes (NULL: the gate is off).
+ * Inside a section, this thread must not instantiate. */
+static _Atomic uint32_t *gate_enter(void)
 {
     if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
-        return CUPOOL_DRV(cupool__drv.cuGraphLaunch(exec, stream));
-    struct cupool__tcache *tc = cupool__tl;
-    _Atomic uint32_t *flag = tc ? &tc->in_launch : &launch_anon;
-    if (CUPOOL_UNLIKELY(!launch_enter(tc, flag))) {
+        return NULL;
+    _Atomic uint32_t *c = gate_count();
+    if (c != &launch_anon && atomic_load_explicit(c, CUPOOL_RELAXED) > 0) {
+        /* nested: already counted in, so no instantiation is running */
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
+        return c;
+    }
+    if (CUPOOL_UNLIKELY(!gate_try(c))) {
         /* an instantiation is starting or running: wait for the gate to open, ahead of the
          * next instantiation (see gate_waiters) */
         atomic_fetch_add(&gate_waiters, 1);
@@ -1194,15 +1230,13 @@ static CUresult launch_gated(CUgraphExec exec, CUstream stream)
             while (atomic_load(&inst_gate))
                 pthread_cond_wait(&gate_open, &gate_mutex);
             pthread_mutex_unlock(&gate_mutex);
-        } while (!launch_enter(tc, flag));
+        } while (!gate_try(c));
         atomic_fetch_sub(&gate_waiters, 1);
     }
-    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(exec, stream));
-    launch_leave(flag);
-    return r;
+    return c;
 }
 
-/* Waits until no other thread is inside a gated launch: GATE_DRAIN_NS at most (a launch
+/* Waits until no other thread is inside a gated section: GATE_DRAIN_NS at most (a launch
  * blocked on a full queue, or its thread descheduled, is not waited out: the gate is a best
  * effort against a driver stall, not a correctness condition). */
 static void launches_drain(void)
@@ -1229,30 +1263,42 @@ static CUresult instantiate_gated(CUgraphExec *exec, CUgraph graph)
 {
     if (!cupool__cfg.graph_gate) /* CUPOOL_GRAPH_GATE=0 */
         return CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
-    pthread_mutex_lock(&inst_lock);
-    /* launches held back by the previous instantiation pass first */
+    /* launches held back by earlier instantiations pass first */
     if (atomic_load(&gate_waiters)) {
         uint64_t deadline = now_ns() + GATE_YIELD_NS;
         while (atomic_load(&gate_waiters) && now_ns() < deadline)
             sched_yield();
     }
-    atomic_store(&inst_gate, 1);
+    atomic_fetch_add(&inst_gate, 1);
     launches_drain();
     CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
-    pthread_mutex_lock(&gate_mutex);
-    atomic_store(&inst_gate, 0);
-    pthread_cond_broadcast(&gate_open);
-    pthread_mutex_unlock(&gate_mutex);
-    pthread_mutex_unlock(&inst_lock);
+    if (atomic_fetch_sub(&inst_gate, 1) == 1) { /* the last one out opens the gate */
+        pthread_mutex_lock(&gate_mutex);
+        pthread_cond_broadcast(&gate_open);
+        pthread_mutex_unlock(&gate_mutex);
+    }
     return r;
 }
 
-static CUresult instantiate_template(CUgraphExec *exec, CUgraph graph)
+/* A clone of e's template and the clone's nodes in the template's order (e->n of them);
+ * the template's lock held. */
+static CUresult template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **nodes)
 {
+    *nodes = NULL;
+    CUgraphNode *n = e->n ? cupool__alloc(e->n * sizeof(*n)) : NULL;
+    if (e->n && !n)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     pthread_mutex_lock(&template_lock);
-    CUresult r = instantiate_gated(exec, graph);
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphClone(graph, e->graph));
+    for (uint32_t i = 0; r == CUDA_SUCCESS && i < e->n; i++)
+        r = CUPOOL_DRV(cupool__drv.cuGraphNodeFindInClone(&n[i], e->gnodes[i], *graph));
     pthread_mutex_unlock(&template_lock);
-    return r;
+    if (r != CUDA_SUCCESS) {
+        cupool__free(n, e->n * sizeof(*n));
+        return cupool__fail(r, "cloning a cached template graph failed");
+    }
+    *nodes = n;
+    return CUDA_SUCCESS;
 }
 
 /* A new exec of e (of graph instead of e's template graph when given), owned by the caller. */
@@ -1262,16 +1308,46 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
     if (!x)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     x->entry = e;
-    /* a capture's own graph is this call's alone; the template is shared */
-    CUresult r = graph ? instantiate_gated(&x->exec, graph) : instantiate_template(&x->exec, e->graph);
+    /* A capture's own graph is this call's alone. The template is shared, and instantiated
+     * only through a clone of its own per exec: on the H200, instantiating a graph while an
+     * exec of that same graph was running and another thread sat in cuStreamSynchronize
+     * stalled for as long as the queued work took to drain (2 of 44 trials; 0 of 32 from a
+     * fresh clone, 0 of 24 from another graph). The clone's nodes name the exec's nodes in
+     * updates. */
+    CUresult r = CUDA_SUCCESS;
+    if (!graph) {
+        r = template_clone(e, &x->graph, &x->nodes);
+        if (r == CUDA_SUCCESS) {
+            x->nnodes = e->n;
+            graph = x->graph;
+        }
+    }
+    if (r == CUDA_SUCCESS) {
+        r = instantiate_gated(&x->exec, graph);
+        if (r != CUDA_SUCCESS)
+            cupool__fail(r, "cuGraphInstantiateWithFlags failed");
+    }
+    if (r == CUDA_SUCCESS && x->graph && !x->nnodes) {
+        /* no nodes to update (a capture's entry): the clone has served */
+        CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+        x->graph = NULL;
+    }
     if (r != CUDA_SUCCESS) {
+        if (x->graph)
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+        cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+        x->graph = NULL;
+        x->nodes = NULL;
         exec_struct_put_locked(x);
-        return cupool__fail(r, "cuGraphInstantiateWithFlags failed");
+        return r;
     }
     /* its parameters are the template's */
     if (!grow((void **)&x->snap, &x->snap_cap, e->n, sizeof(*x->snap)) ||
         !grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1)) {
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+        if (x->graph)
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+        cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
         cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
         exec_struct_put_locked(x);
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
@@ -1432,6 +1508,7 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
                  (!p->alen || memcmp(p->args, x->snap_args, p->alen) == 0);
     if (*unchanged)
         return true;
+    _Atomic uint32_t *gate = gate_enter();
     for (uint32_t i = 0; i < p->n; i++) {
         const struct pnode *n = &p->nodes[i], *o = &x->snap[i];
         CUresult r = CUDA_SUCCESS;
@@ -1444,7 +1521,7 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
                 continue;
             CUDA_KERNEL_NODE_PARAMS kp;
             kernel_params(n, p->args, p->argv, &kp);
-            r = CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(x->exec, e->gnodes[i], &kp));
+            r = CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(x->exec, x->nodes[i], &kp));
             break;
         }
         case PN_MEMSET: {
@@ -1453,7 +1530,7 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
             CUDA_MEMSET_NODE_PARAMS mp;
             memset_params(n, &mp);
             r = CUPOOL_DRV(
-                cupool__drv.cuGraphExecMemsetNodeSetParams(x->exec, e->gnodes[i], &mp, e->ctx));
+                cupool__drv.cuGraphExecMemsetNodeSetParams(x->exec, x->nodes[i], &mp, e->ctx));
             break;
         }
         case PN_MEMCPY: {
@@ -1462,7 +1539,7 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
             CUDA_MEMCPY3D cp;
             memcpy_params(n, &cp);
             r = CUPOOL_DRV(
-                cupool__drv.cuGraphExecMemcpyNodeSetParams(x->exec, e->gnodes[i], &cp, e->ctx));
+                cupool__drv.cuGraphExecMemcpyNodeSetParams(x->exec, x->nodes[i], &cp, e->ctx));
             break;
         }
         case PN_RECORD:
@@ -1470,23 +1547,26 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
             if (n->u.ev.ev == o->u.ev.ev)
                 continue;
             r = n->type == PN_RECORD
-                    ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(x->exec, e->gnodes[i],
+                    ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(x->exec, x->nodes[i],
                                                                                 n->u.ev.ev))
-                    : CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(x->exec, e->gnodes[i],
+                    : CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(x->exec, x->nodes[i],
                                                                               n->u.ev.ev));
             break;
         default: {
             if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
                 continue;
             CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
-            r = CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(x->exec, e->gnodes[i], &hp));
+            r = CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(x->exec, x->nodes[i], &hp));
             break;
         }
         }
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
+            gate_leave(gate);
             return false;
+        }
         count++;
     }
+    gate_leave(gate);
     *updated = count;
     return true;
 }
@@ -1544,6 +1624,7 @@ static bool graphs_supported_now(void)
            cupool__drv.cuGraphAddHostNode && cupool__drv.cuGraphAddEventRecordNode &&
            cupool__drv.cuGraphAddEventWaitNode && cupool__drv.cuGraphInstantiateWithFlags &&
            cupool__drv.cuGraphLaunch && cupool__drv.cuGraphExecDestroy &&
+           cupool__drv.cuGraphClone && cupool__drv.cuGraphNodeFindInClone &&
            cupool__drv.cuGraphExecKernelNodeSetParams &&
            cupool__drv.cuGraphExecMemsetNodeSetParams &&
            cupool__drv.cuGraphExecMemcpyNodeSetParams &&
@@ -1743,15 +1824,17 @@ static void exec_unreserve(struct gentry *e)
 static CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream, bool *recorded)
 {
     *recorded = false;
-    CUresult r = launch_gated(x->exec, stream);
-    if (r != CUDA_SUCCESS)
-        return cupool__fail(r, "cuGraphLaunch failed");
-    if (atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED)) {
+    _Atomic uint32_t *gate = gate_enter();
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+    if (r == CUDA_SUCCESS && atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED)) {
         if (!x->done)
             CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
         *recorded =
             x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
     }
+    gate_leave(gate);
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuGraphLaunch failed");
     return CUDA_SUCCESS;
 }
 
@@ -1782,10 +1865,12 @@ static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream str
         /* dropped with its launch queued: record its completion so the graveyard knows when
          * to destroy it */
         if (launched && !recorded) {
+            _Atomic uint32_t *gate = gate_enter();
             if (!x->done)
                 CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
             recorded =
                 x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+            gate_leave(gate);
         }
         x->done_valid = launched ? recorded : x->done_valid;
     }
@@ -1898,7 +1983,19 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         failures++;
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
         x->exec = NULL;
-        r = instantiate_template(&x->exec, e->graph);
+        /* from a fresh clone: the old one has a launched exec (see exec_new_of) */
+        CUgraph clone;
+        CUgraphNode *nodes;
+        r = template_clone(e, &clone, &nodes);
+        if (r == CUDA_SUCCESS) {
+            if (x->graph)
+                CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+            cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+            x->graph = clone;
+            x->nodes = nodes;
+            x->nnodes = e->n;
+            r = instantiate_gated(&x->exec, x->graph);
+        }
         inst++;
         if (r == CUDA_SUCCESS) {
             memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));

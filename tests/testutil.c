@@ -74,6 +74,8 @@ void tu_resolve(void)
     *(void **)&tu_fake.exec_overlaps = dlsym(h, "fakecuda_exec_overlaps");
     *(void **)&tu_fake.instantiate_launch_overlaps =
         dlsym(h, "fakecuda_instantiate_launch_overlaps");
+    *(void **)&tu_fake.instantiations_of_launched_graphs =
+        dlsym(h, "fakecuda_instantiations_of_launched_graphs");
     *(void **)&tu_fake.exec_destroy_waits = dlsym(h, "fakecuda_exec_destroy_waits");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);

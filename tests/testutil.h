@@ -76,6 +76,7 @@ struct tu_fake {
     size_t (*slab_bytes)(void);
     unsigned long (*exec_overlaps)(void);
     unsigned long (*instantiate_launch_overlaps)(void);
+    unsigned long (*instantiations_of_launched_graphs)(void);
     unsigned long (*exec_destroy_waits)(void);
 };
 extern struct tu_fake tu_fake;

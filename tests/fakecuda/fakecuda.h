@@ -69,6 +69,10 @@ unsigned long fakecuda_exec_overlaps(void);
 /* Instantiations made while another thread was inside cuGraphLaunch (or the reverse): on an
  * H200 such an overlap can stall both calls until the queued work drains. */
 unsigned long fakecuda_instantiate_launch_overlaps(void);
+/** Instantiations of a graph an exec of which had been launched before (on an H200 one such
+ * instantiation, while that exec ran and another thread synchronised, can stall until the
+ * queued work drains). */
+unsigned long fakecuda_instantiations_of_launched_graphs(void);
 /** cuGraphExecDestroy calls on an exec whose launches were still queued (the destroy may
  * wait for them: FAKECUDA_DESTROY_WAITS=1 makes it). */
 unsigned long fakecuda_exec_destroy_waits(void);
