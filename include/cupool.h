@@ -376,7 +376,7 @@ CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_no
  * serialise them). With CUPOOL_GRAPH_DISABLE=1, or a driver without graphs, the nodes are
  * launched one by one instead, with the same results.
  * Thread-safe for different pipelines. While cupool instantiates a graph on any thread,
- * graph launches wait for it (0.05 to 1.6 ms on an H200): an instantiation overlapping a
+ * graph launches wait for it (0.05 to 2.4 ms on an H200): an instantiation overlapping a
  * launch in the driver can stall both for as long as queued work takes to drain
  * (docs/graph-cache.md, "Instantiation and launches").
  * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline, or no nodes); the error of
