@@ -204,22 +204,24 @@ END_TEST
 /* Several threads launching one signature on their own streams, arguments changing. */
 static _Atomic int thread_errors;
 
-static void *launcher(void *arg)
+/* One thread's launches: `launches` of a chain of `kernels` kernels into counter `slot`,
+ * each adding 1 + i % period, on a stream of its own; after `start` when given. */
+static void launch_loop(int slot, int kernels, int launches, unsigned period,
+                        pthread_barrier_t *start)
 {
-    int slot = (int)(intptr_t)arg;
-    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS) {
+    CUstream s = NULL;
+    cupool_pipeline_t p = NULL;
+    bool ok = tu.cuCtxSetCurrent(tu_ctx) == CUDA_SUCCESS &&
+              tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS &&
+              cupool_pipeline_create(&p) == CUDA_SUCCESS;
+    if (!ok)
         thread_errors++;
-        return NULL;
-    }
-    CUstream s;
-    cupool_pipeline_t p;
-    if (tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-        cupool_pipeline_create(&p) != CUDA_SUCCESS) {
-        thread_errors++;
-        return NULL;
-    }
-    for (int i = 0; i < 50; i++) {
-        fill_chain(p, 3, slot, (unsigned)(i % 2 + 1), 0); /* +1 or +2, three times */
+    if (start)
+        pthread_barrier_wait(start);
+    if (!ok)
+        return;
+    for (int i = 0; i < launches; i++) {
+        fill_chain(p, kernels, slot, 1 + (unsigned)i % period, 0);
         if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
             thread_errors++;
     }
@@ -227,6 +229,11 @@ static void *launcher(void *arg)
         thread_errors++;
     cupool_pipeline_destroy(p);
     tu.cuStreamDestroy(s);
+}
+
+static void *launcher(void *arg)
+{
+    launch_loop((int)(intptr_t)arg, 3, 50, 2, NULL); /* +1 or +2, three times */
     return NULL;
 }
 
@@ -605,32 +612,14 @@ static pthread_barrier_t evict_start;
 
 static void *evicting_launcher(void *arg)
 {
-    int slot = (int)(intptr_t)arg, n = slot - 15; /* 1 to 4 kernels: four structures */
-    CUstream s;
-    cupool_pipeline_t p;
-    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS ||
-        tu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
-        cupool_pipeline_create(&p) != CUDA_SUCCESS) {
-        thread_errors++;
-        pthread_barrier_wait(&evict_start);
-        return NULL;
-    }
-    pthread_barrier_wait(&evict_start);
-    for (int i = 0; i < 300; i++) {
-        fill_chain(p, n, slot, 1 + (unsigned)(i % 3), 0); /* adds 1, 2 or 3 per kernel */
-        if (cupool_pipeline_launch(p, s) != CUDA_SUCCESS)
-            thread_errors++;
-    }
-    if (tu.cuStreamSynchronize(s) != CUDA_SUCCESS)
-        thread_errors++;
-    cupool_pipeline_destroy(p);
-    tu.cuStreamDestroy(s);
+    int slot = (int)(intptr_t)arg; /* 1 to 4 kernels (slot - 15): four structures */
+    launch_loop(slot, slot - 15, 300, 3, &evict_start); /* adds 1, 2 or 3 per kernel */
     return NULL;
 }
 
-START_TEST(eviction_during_lock_free_repeat_launches)
+/* Runs the four launchers and checks every counter value by value. */
+static cupool_graph_stats_t four_evicting_launchers(void)
 {
-    setup_env("CUPOOL_GRAPH_CACHE_ENTRIES", "2");
     pthread_t t[4];
     ck_assert_int_eq(pthread_barrier_init(&evict_start, NULL, 4), 0);
     for (int i = 0; i < 4; i++)
@@ -645,6 +634,13 @@ START_TEST(eviction_during_lock_free_repeat_launches)
     cupool_graph_stats_t st = gstats();
     ck_assert_uint_eq(st.launches, 4 * 300);
     ck_assert_uint_eq(st.hits + st.misses, st.launches);
+    return st;
+}
+
+START_TEST(eviction_during_lock_free_repeat_launches)
+{
+    setup_env("CUPOOL_GRAPH_CACHE_ENTRIES", "2");
+    cupool_graph_stats_t st = four_evicting_launchers();
     ck_assert_uint_le(st.entries, 4); /* over the bound only while every entry is in use */
     ck_assert_uint_ge(st.misses, 4);  /* each structure once at least */
     if (tu_fake.present) { /* instantiations on misses never overlapped the others' launches */
@@ -662,18 +658,7 @@ END_TEST
 START_TEST(gate_off_keeps_results_right)
 {
     setup_env("CUPOOL_GRAPH_GATE", "0");
-    pthread_t t[4];
-    ck_assert_int_eq(pthread_barrier_init(&evict_start, NULL, 4), 0);
-    for (int i = 0; i < 4; i++)
-        ck_assert_int_eq(
-            pthread_create(&t[i], NULL, evicting_launcher, (void *)(intptr_t)(16 + i)), 0);
-    for (int i = 0; i < 4; i++)
-        pthread_join(t[i], NULL);
-    pthread_barrier_destroy(&evict_start);
-    ck_assert_int_eq(thread_errors, 0);
-    for (int i = 0; i < 4; i++)
-        ck_assert_uint_eq(counter(16 + i), 100 * (1 + 2 + 3) * (unsigned)(i + 1));
-    ck_assert_uint_eq(gstats().launches, 4 * 300);
+    four_evicting_launchers();
 }
 END_TEST
 
