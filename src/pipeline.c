@@ -1280,20 +1280,25 @@ static CUresult instantiate_gated(CUgraphExec *exec, CUgraph graph)
     return r;
 }
 
-/* A clone of e's template and the clone's nodes in the template's order (e->n of them);
- * the template's lock held. */
+/* A clone of e's template and the clone's nodes in the template's order (e->n of them),
+ * under the template's lock. On failure nothing is left behind. */
 static CUresult template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **nodes)
 {
     *nodes = NULL;
     CUgraphNode *n = e->n ? cupool__alloc(e->n * sizeof(*n)) : NULL;
     if (e->n && !n)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
+    *graph = NULL;
     pthread_mutex_lock(&template_lock);
     CUresult r = CUPOOL_DRV(cupool__drv.cuGraphClone(graph, e->graph));
+    bool cloned = r == CUDA_SUCCESS;
     for (uint32_t i = 0; r == CUDA_SUCCESS && i < e->n; i++)
         r = CUPOOL_DRV(cupool__drv.cuGraphNodeFindInClone(&n[i], e->gnodes[i], *graph));
     pthread_mutex_unlock(&template_lock);
     if (r != CUDA_SUCCESS) {
+        if (cloned)
+            CUPOOL_DRV(cupool__drv.cuGraphDestroy(*graph));
+        *graph = NULL;
         cupool__free(n, e->n * sizeof(*n));
         return cupool__fail(r, "cloning a cached template graph failed");
     }
@@ -1984,8 +1989,8 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
         x->exec = NULL;
         /* from a fresh clone: the old one has a launched exec (see exec_new_of) */
-        CUgraph clone;
-        CUgraphNode *nodes;
+        CUgraph clone = NULL;
+        CUgraphNode *nodes = NULL;
         r = template_clone(e, &clone, &nodes);
         if (r == CUDA_SUCCESS) {
             if (x->graph)
@@ -2305,7 +2310,9 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         /* CUPOOL_CAPTURE_UPDATE on a hit: patch the exec with the new capture */
         CUgraphExecUpdateResultInfo info;
         memset(&info, 0, sizeof(info));
+        _Atomic uint32_t *gate = gate_enter();
         r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, fresh_graph, &info));
+        gate_leave(gate);
         if (r == CUDA_SUCCESS) {
             atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
         } else {

@@ -854,6 +854,30 @@ START_TEST(refused_update_reinstantiates)
 }
 END_TEST
 
+/* A refused update whose fresh clone fails part-way: the launch goes node by node and no
+ * graph is left behind once the cache is trimmed. */
+START_TEST(refused_update_with_a_failing_clone_leaks_nothing)
+{
+    int graphs = tu_fake.live_graphs();
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 3, 22, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    tu_fake.fault("cuGraphExecKernelNodeSetParams", 0, 1, CUDA_ERROR_INVALID_VALUE);
+    tu_fake.fault("cuGraphNodeFindInClone", 1, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    fill_chain(p, 3, 22, 5, 0);
+    TU_OK(cupool_pipeline_launch(p, s1)); /* eagerly, with the same results */
+    ck_assert_uint_eq(counter(22), 3 + 15);
+    tu_fake.fault_clear();
+    TU_OK(cupool_pipeline_launch(p, s1)); /* and graphs again */
+    ck_assert_uint_eq(counter(22), 3 + 15 + 15);
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(cupool_trim());
+    ck_assert_int_eq(tu_fake.live_graphs(), graphs);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
 /* A used-once exec is buried with its completion event; then the context is reset. Later
  * launches reap the graveyard: the dead context's event must never reach the driver (the
  * real driver crashes on it; the simulated one aborts). */
@@ -950,6 +974,7 @@ int main(void)
         TCase *sim = tcase_create("simulated");
         tcase_add_checked_fixture(sim, setup, NULL);
         tcase_add_test(sim, refused_update_reinstantiates);
+        tcase_add_test(sim, refused_update_with_a_failing_clone_leaks_nothing);
         tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
         TCase *simenv = tcase_create("simulated-environment");
         tcase_add_test(simenv, concurrent_streams_with_a_waiting_exec_destroy);

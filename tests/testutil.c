@@ -76,6 +76,7 @@ void tu_resolve(void)
         dlsym(h, "fakecuda_instantiate_launch_overlaps");
     *(void **)&tu_fake.instantiations_of_launched_graphs =
         dlsym(h, "fakecuda_instantiations_of_launched_graphs");
+    *(void **)&tu_fake.live_graphs = dlsym(h, "fakecuda_live_graphs");
     *(void **)&tu_fake.exec_destroy_waits = dlsym(h, "fakecuda_exec_destroy_waits");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);

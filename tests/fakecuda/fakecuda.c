@@ -680,6 +680,8 @@ static void event_unref(struct fc_event *e);
 static void node_free(struct fc_node *n);
 static void exec_free(struct fc_exec *e);
 
+static _Atomic int g_live_graphs; /* graphs created and not destroyed (clones included) */
+
 static void graph_free(struct fc_graph *g)
 {
     struct fc_ctx *c = g->ctx;
@@ -704,6 +706,7 @@ static void graph_free(struct fc_graph *g)
             e->src = NULL;
     g->magic = 0;
     free(g);
+    atomic_fetch_sub(&g_live_graphs, 1);
 }
 
 static int ctx_queue_busy(const struct fc_ctx *c, int by_self)
@@ -2712,6 +2715,7 @@ static struct fc_graph *graph_new(struct fc_ctx *c)
     struct fc_graph *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
+    atomic_fetch_add(&g_live_graphs, 1);
     g->magic = MAGIC_GRAPH;
     g->ctx = c;
     g->next = c->graphs;
@@ -3740,10 +3744,15 @@ static CUresult capture_to_nodes(struct fc_graph *g)
             op = NULL;
             break;
         default: /* OP_WAIT */
+            if (!op->u.wait.ev) {
+                /* a wait on another queue (a graph launch ordered after the same exec's
+                 * launch elsewhere): a property of that launch, not captured work */
+                op_free(op);
+                continue;
+            }
             type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
             ev = op->u.wait.ev;
-            if (ev)
-                ev->refs++;
+            ev->refs++;
             op_free(op);
             op = NULL;
             break;
@@ -4058,6 +4067,11 @@ unsigned long fakecuda_exec_destroy_waits(void)
     unsigned long n = g_exec_destroy_waits;
     unlock();
     return n;
+}
+
+int fakecuda_live_graphs(void)
+{
+    return atomic_load(&g_live_graphs);
 }
 
 unsigned long fakecuda_instantiations_of_launched_graphs(void)
