@@ -269,6 +269,32 @@ static int print_timeline; /* --timeline */
 static CUgraph shared_graph; /* by_hand == 2: every thread's exec from this one graph */
 static pthread_mutex_t shared_graph_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* A spinner's launches, by hand (exec) or through cupool (p), then its synchronisation,
+ * with the times of each stage. */
+static void spin_launches(struct spinner *sp, CUgraphExec exec, cupool_pipeline_t p)
+{
+    sp->t_start = now_ns();
+    sp->stage = 1;
+    for (int i = 0; i < sp->launches; i++) {
+        double l0 = now_ns();
+        if (p)
+            check("launch", cupool_pipeline_launch(p, sp->s));
+        else
+            check("cuGraphLaunch", g.cuGraphLaunch(exec, sp->s));
+        double l1 = now_ns();
+        if (l1 - l0 > sp->slowest)
+            sp->slowest = l1 - l0, sp->slowest_i = i;
+        if (i == 0)
+            sp->t_first = l1;
+        sp->done++;
+    }
+    sp->t_last = now_ns();
+    sp->stage = 2;
+    check("sync", g.cuStreamSynchronize(sp->s));
+    sp->t_sync = now_ns();
+    sp->stage = 3;
+}
+
 static void *spin_thread(void *arg)
 {
     struct spinner *sp = arg;
@@ -302,23 +328,7 @@ static void *spin_thread(void *arg)
         pthread_mutex_unlock(&shared_graph_lock);
         if (sp->by_hand != 3)
             pthread_barrier_wait(sp->start);
-        sp->t_start = now_ns();
-        sp->stage = 1;
-        for (int i = 0; i < sp->launches; i++) {
-            double l0 = now_ns();
-            check("cuGraphLaunch", g.cuGraphLaunch(exec, sp->s));
-            double l1 = now_ns();
-            if (l1 - l0 > sp->slowest)
-                sp->slowest = l1 - l0, sp->slowest_i = i;
-            if (i == 0)
-                sp->t_first = now_ns();
-            sp->done++;
-        }
-        sp->t_last = now_ns();
-        sp->stage = 2;
-        check("sync", g.cuStreamSynchronize(sp->s));
-        sp->t_sync = now_ns();
-        sp->stage = 3;
+        spin_launches(sp, exec, NULL);
         g.cuGraphExecDestroy(exec);
         if (graph)
             g.cuGraphDestroy(graph);
@@ -328,23 +338,7 @@ static void *spin_thread(void *arg)
     check("pipeline", cupool_pipeline_create(&p));
     check("kernel", cupool_pipeline_kernel(p, spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     pthread_barrier_wait(sp->start);
-    sp->t_start = now_ns();
-    sp->stage = 1;
-    for (int i = 0; i < sp->launches; i++) {
-        double l0 = now_ns();
-        check("launch", cupool_pipeline_launch(p, sp->s));
-        double l1 = now_ns();
-        if (l1 - l0 > sp->slowest)
-            sp->slowest = l1 - l0, sp->slowest_i = i;
-        if (i == 0)
-            sp->t_first = now_ns();
-        sp->done++;
-    }
-    sp->t_last = now_ns();
-    sp->stage = 2;
-    check("sync", g.cuStreamSynchronize(sp->s));
-    sp->t_sync = now_ns();
-    sp->stage = 3;
+    spin_launches(sp, NULL, p);
     cupool_pipeline_destroy(p);
     return NULL;
 }

@@ -35,7 +35,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
-#include <time.h>
 
 #define PIPELINE_MAGIC 0x7069706cu /* "pipl" */
 
@@ -1138,7 +1137,7 @@ static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER;
  * inside cuGraphLaunch can make both calls, and the driver calls of other threads meanwhile,
  * wait until the queued work drains: with 2 ms kernels queued 50 deep, stalls of 10 to
  * 100 ms, in a quarter of the trials, with or without a graph shared between the threads;
- * with the two kept apart by a lock, none in 24 trials (docs/design.md). One thread
+ * with the two kept apart by a lock, none in 12 trials (docs/design.md). One thread
  * instantiating while work is queued is not affected. So cupool never instantiates while one
  * of its own launches (or exec updates, or completion-event records) is inside the driver:
  * an instantiation closes the gate and waits for those in flight (a few microseconds each);
@@ -1148,10 +1147,7 @@ static pthread_mutex_t template_lock = PTHREAD_MUTEX_INITIALIZER;
  * synchronising, and stalled again (3.8x instead of 7.9x in 1 to 3 runs of 10). A section
  * pays a plain store and a load (an asymmetric Dekker handshake: the instantiating side pays
  * with membarrier(2), or, where the kernel lacks it, each section with a fence). */
-/* Instantiations starting or running (each of a graph of its own, so they may run at once:
- * eight threads instantiating their own graphs together is what hand-written code does, and
- * over sooner than one after the other). */
-static _Atomic uint32_t inst_gate;
+static _Atomic uint32_t inst_gate;   /* instantiations starting or running (at once) */
 static _Atomic uint32_t launch_anon; /* gated launches of threads without a cache */
 /* Launches held at the gate go first: an instantiation waits (GATE_YIELD_NS at most) until
  * none is waiting before it closes the gate again, so that back-to-back instantiations on
@@ -1162,15 +1158,8 @@ static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
 #define GATE_YIELD_NS 2000000u
 #define GATE_DRAIN_NS 5000000u
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The calls made inside a gated section: this thread's count (in its cache, or the shared
- * one of threads without a cache). Sections nest (a count). */
+/* The gated sections in flight: this thread's (in its cache), or the shared count of threads
+ * without a cache. */
 static inline _Atomic uint32_t *gate_count(void)
 {
     struct cupool__tcache *tc = cupool__tl;
@@ -1210,17 +1199,12 @@ static inline bool gate_try(_Atomic uint32_t *c)
 
 /* Enters a section of driver calls on graphs, execs and their events that no instantiation
  * of cupool's may overlap (above); returns what gate_leave() takes (NULL: the gate is off).
- * Inside a section, this thread must not instantiate. */
+ * Sections do not nest, and inside one this thread must not instantiate. */
 static _Atomic uint32_t *gate_enter(void)
 {
     if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
         return NULL;
     _Atomic uint32_t *c = gate_count();
-    if (c != &launch_anon && atomic_load_explicit(c, CUPOOL_RELAXED) > 0) {
-        /* nested: already counted in, so no instantiation is running */
-        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
-        return c;
-    }
     if (CUPOOL_UNLIKELY(!gate_try(c))) {
         /* an instantiation is starting or running: wait for the gate to open, ahead of the
          * next instantiation (see gate_waiters) */
@@ -1245,17 +1229,8 @@ static void launches_drain(void)
         cupool__membarrier();
     else
         atomic_thread_fence(memory_order_seq_cst);
-    uint64_t deadline = now_ns() + GATE_DRAIN_NS;
-    struct cupool__tcache *self = cupool__tl;
-    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
-        const _Atomic uint32_t *f = tc == self ? NULL : &tc->in_launch;
-        for (unsigned spins = 0; f && atomic_load_explicit(f, CUPOOL_ACQUIRE); spins++)
-            if (spins > 64 && (now_ns() > deadline || (sched_yield(), false)))
-                break;
-    }
-    for (unsigned spins = 0; atomic_load_explicit(&launch_anon, CUPOOL_ACQUIRE); spins++)
-        if (spins > 64 && (now_ns() > deadline || (sched_yield(), false)))
-            break;
+    cupool__wait_threads(offsetof(struct cupool__tcache, in_launch), &launch_anon,
+                         GATE_DRAIN_NS);
 }
 
 /* cuGraphInstantiateWithFlags, with no launch of cupool's inside the driver meanwhile. */
@@ -1265,8 +1240,8 @@ static CUresult instantiate_gated(CUgraphExec *exec, CUgraph graph)
         return CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
     /* launches held back by earlier instantiations pass first */
     if (atomic_load(&gate_waiters)) {
-        uint64_t deadline = now_ns() + GATE_YIELD_NS;
-        while (atomic_load(&gate_waiters) && now_ns() < deadline)
+        uint64_t deadline = cupool__monotonic_ns() + GATE_YIELD_NS;
+        while (atomic_load(&gate_waiters) && cupool__monotonic_ns() < deadline)
             sched_yield();
     }
     atomic_fetch_add(&inst_gate, 1);

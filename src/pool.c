@@ -1275,17 +1275,21 @@ static CUresult trim_class(struct cupool__class *cls)
 /* Exit and unload                                                                          */
 /* ---------------------------------------------------------------------------------------- */
 
-static uint64_t monotonic_ns(void)
+uint64_t cupool__monotonic_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Spins briefly (the sections waited for are usually microseconds), then sleeps 20 us between
+ * looks. */
 static bool wait_zero(_Atomic uint32_t *c, uint64_t deadline)
 {
-    while (atomic_load_explicit(c, CUPOOL_ACQUIRE) != 0) {
-        if (monotonic_ns() > deadline)
+    for (unsigned looks = 0; atomic_load_explicit(c, CUPOOL_ACQUIRE) != 0; looks++) {
+        if (looks < 64)
+            continue;
+        if (cupool__monotonic_ns() > deadline)
             return false;
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
@@ -1293,27 +1297,28 @@ static bool wait_zero(_Atomic uint32_t *c, uint64_t deadline)
     return true;
 }
 
-bool cupool__registry_grace(void)
+bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout_ns)
 {
-    if (!cupool__membarrier())
-        return false;
-    uint64_t deadline = monotonic_ns() + 10000000u;
+    uint64_t deadline = cupool__monotonic_ns() + timeout_ns;
     struct cupool__tcache *self = cupool__tl;
     for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
-        if (tc != self && !wait_zero(&tc->in_registry, deadline))
+        if (tc != self && !wait_zero((_Atomic uint32_t *)((char *)tc + field), deadline))
             return false;
-    return wait_zero(&cupool__reg_anon, deadline);
+    return wait_zero(anon, deadline);
+}
+
+bool cupool__registry_grace(void)
+{
+    return cupool__membarrier() &&
+           cupool__wait_threads(offsetof(struct cupool__tcache, in_registry), &cupool__reg_anon,
+                                10000000u);
 }
 
 void cupool__pool_quiesce(void)
 {
     cupool__membarrier();
-    uint64_t deadline = monotonic_ns() + 1000000000u;
-    struct cupool__tcache *self = cupool__tl;
-    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
-        if (tc != self && !wait_zero(&tc->in_driver, deadline))
-            break;
-    wait_zero(&cupool__drv_anon, deadline);
+    cupool__wait_threads(offsetof(struct cupool__tcache, in_driver), &cupool__drv_anon,
+                         1000000000u);
 }
 
 /* Destroys every idle handle of a class: its retire stack and its whole depot. */

@@ -116,7 +116,7 @@ struct cupool__tcache {
     /* 1 while this thread reads the registry without its lock (cupool__reg_read), so a
      * replaced table is freed only once no reader can still be inside it. */
     _Atomic uint32_t in_registry;
-    /* 1 while this thread is inside a graph launch cupool makes (pipeline.c: the
+    /* 1 while this thread is inside a gated section of graph driver calls (pipeline.c: the
      * instantiation gate), written by its thread with a plain store. */
     _Atomic uint32_t in_launch;
     struct cupool__gslot gslots[CUPOOL_GSLOTS];
@@ -213,6 +213,15 @@ static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc,
  * reader that might still be inside an older table has left it (waits up to ~10 ms), false
  * if that cannot be shown (membarrier(2) unavailable, or a reader held up). */
 bool cupool__registry_grace(void);
+
+/* The monotonic clock, in ns. */
+uint64_t cupool__monotonic_ns(void);
+
+/* Waits until, in every other thread's cache, the counter at offset `field` (a
+ * _Atomic uint32_t) is zero, and *anon too (threads without a cache): up to timeout_ns (false
+ * then). The caller has made the counters' writers visible first (membarrier(2) or a fence):
+ * the asymmetric handshakes of the registry, the driver guard and the instantiation gate. */
+bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout_ns);
 
 /* Waits (at most about a second) until no other thread has a driver call in flight. The
  * caller has already moved the state out of RUNNING/PASSTHROUGH, so none can start. */
