@@ -200,6 +200,10 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
             cfg->stats_mode = CUPOOL_STATS_STDERR;
             return;
         }
+        if (!strcasecmp(value, "stdout")) {
+            cfg->stats_mode = CUPOOL_STATS_STDOUT;
+            return;
+        }
         if (secure) {
             report_line(report, arg,
                         "%s=\"%s\" ignored: a file path is not taken from the environment of a "

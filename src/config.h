@@ -8,7 +8,12 @@
 
 #define CUPOOL_PATH_MAX 4096
 
-enum cupool__stats_mode { CUPOOL_STATS_OFF = 0, CUPOOL_STATS_STDERR = 1, CUPOOL_STATS_FILE = 2 };
+enum cupool__stats_mode {
+    CUPOOL_STATS_OFF = 0,
+    CUPOOL_STATS_STDERR = 1,
+    CUPOOL_STATS_FILE = 2,
+    CUPOOL_STATS_STDOUT = 3
+};
 
 struct cupool__config {
     uint32_t magazine_size;   /* handles per magazine (count) */

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #if defined(SYS_membarrier) && __has_include(<linux/membarrier.h>)
 #include <linux/membarrier.h>
@@ -35,29 +36,47 @@ _Atomic int cupool__state = CUPOOL_ST_UNINIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static char init_message[CUPOOL_ERRMSG_MAX] = "not initialised";
 
-static void print_stats_at_exit(void)
+/* Opens the CUPOOL_STATS file for appending without ever blocking the exit: O_NONBLOCK, so
+ * a FIFO without a reader fails at once (ENXIO) instead of waiting for one; a regular file
+ * then gets ordinary blocking writes again. Never follows a symbolic link: the path comes from
+ * the environment, and the process may run with more privilege than whoever set it. */
+static FILE *stats_file_open(const char *path)
 {
-    if (cupool__cfg.stats_mode == CUPOOL_STATS_STDERR) {
-        cupool_stats_print(stderr);
-        fflush(stderr);
-        return;
-    }
-    if (cupool__cfg.stats_mode != CUPOOL_STATS_FILE)
-        return;
-    /* Never follow a symbolic link: the path comes from the environment, and the process may
-     * run with more privilege than whoever set it. */
-    int fd = open(cupool__cfg.stats_path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
-                  0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0) {
-        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: cannot open %s: %s", cupool__cfg.stats_path,
-                    strerror(errno));
-        return;
+        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: cannot open %s: %s%s", path, strerror(errno),
+                    errno == ENXIO ? " (a FIFO with no reader: statistics not written)" : "");
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }
     FILE *f = fdopen(fd, "a");
-    if (!f) {
+    if (!f)
         close(fd);
+    return f;
+}
+
+/* CUPOOL_STATS at exit or unload: stderr, stdout, or appended to a file. A write that
+ * cannot proceed at once on a pipe or FIFO (its reader stopped reading) fails: exit never
+ * waits for it. */
+static void print_stats_at_exit(void)
+{
+    int mode = cupool__cfg.stats_mode;
+    if (mode == CUPOOL_STATS_STDERR || mode == CUPOOL_STATS_STDOUT) {
+        FILE *out = mode == CUPOOL_STATS_STDERR ? stderr : stdout;
+        cupool_stats_print(out);
+        fflush(out);
         return;
     }
+    if (mode != CUPOOL_STATS_FILE)
+        return;
+    FILE *f = stats_file_open(cupool__cfg.stats_path);
+    if (!f)
+        return;
     cupool_stats_print(f);
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed)
@@ -184,17 +203,28 @@ void cupool__exit_marker_register(void)
 
 static int membarrier_cmd; /* 0: none available */
 bool cupool__membarrier_expedited;
+bool cupool__sync_fence;
 
+/* Chooses how the asymmetric handshakes pay for their ordering. Seccomp profiles and some
+ * sandboxes deny membarrier(2) (EPERM or ENOSYS): readers then issue a full fence each, as in
+ * userspace RCU's memory-barrier flavour, so that every grace period still completes and
+ * replaced tables are freed. Before any reader runs: at the first initialisation. */
 void cupool__membarrier_register(void)
 {
 #ifdef SYS_membarrier
     long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0)
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
         membarrier_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED, cupool__membarrier_expedited = true;
-    else if (cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL))
+    else if (cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL) &&
+             syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
         membarrier_cmd = MEMBARRIER_CMD_GLOBAL;
 #endif
+    cupool__sync_fence = membarrier_cmd == 0;
+    if (cupool__sync_fence)
+        cupool__log(CUPOOL_LOG_INFO, "membarrier(2) is unavailable: lock-free readers fence "
+                                     "themselves (a few ns more per release)");
 }
 
 bool cupool__membarrier(void)

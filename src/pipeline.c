@@ -1690,8 +1690,7 @@ static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
         return NULL;
     /* the entry and exec may be free structs now: touched only inside a read section, so
      * cupool_trim() returns free structs to the allocator only once no claim is inside one */
-    atomic_store_explicit(&tc->in_registry, 1, CUPOOL_RELAXED);
-    atomic_signal_fence(memory_order_seq_cst);
+    cupool__read_enter(tc);
     /* the slot may outlive its structs: cupool_trim() moves the epoch on before it frees any */
     struct gexec *c = s->exec;
     bool got = atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED) == s->epoch && exec_own(c);
@@ -1707,7 +1706,7 @@ static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
         if (!got)
             exec_disown(c);
     }
-    atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
+    cupool__read_leave(tc);
     if (!got)
         return NULL;
     entry_touch(e);
@@ -2095,7 +2094,7 @@ void cupool__graph_cache_trim(void)
     pthread_mutex_unlock(&cache_lock);
     if (!fe && !fx)
         return;
-    if (cupool__registry_grace()) {
+    if (cupool__synchronize(10000000u)) {
         while (fe) {
             struct gentry *next = fe->free_next;
             cupool__free(fe, sizeof(*fe));

@@ -31,7 +31,7 @@
 CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
 CUPOOL_TLS_IE bool cupool__closer;
 _Atomic uint32_t cupool__drv_anon;
-_Atomic uint32_t cupool__reg_anon;
+_Atomic uint32_t cupool__read_anon;
 
 static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
@@ -1307,11 +1307,18 @@ bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout
     return wait_zero(anon, deadline);
 }
 
+bool cupool__synchronize(uint64_t timeout_ns)
+{
+    /* with readers that fence themselves, this thread's own fence completes the handshake */
+    if (!cupool__membarrier() && !cupool__sync_fence)
+        return false;
+    return cupool__wait_threads(offsetof(struct cupool__tcache, in_read), &cupool__read_anon,
+                                timeout_ns);
+}
+
 bool cupool__registry_grace(void)
 {
-    return cupool__membarrier() &&
-           cupool__wait_threads(offsetof(struct cupool__tcache, in_registry), &cupool__reg_anon,
-                                10000000u);
+    return cupool__synchronize(10000000u);
 }
 
 void cupool__pool_quiesce(void)

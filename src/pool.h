@@ -113,9 +113,10 @@ struct cupool__tcache {
     /* Driver calls this thread has in flight (cupool__drv_begin): written by its thread with a
      * plain store, read by cupool__pool_quiesce() at exit and unload. */
     _Atomic uint32_t in_driver;
-    /* 1 while this thread reads the registry without its lock (cupool__reg_read), so a
-     * replaced table is freed only once no reader can still be inside it. */
-    _Atomic uint32_t in_registry;
+    /* Read sections this thread is inside (cupool__read_enter; they nest): lock-free readers
+     * of structures that cupool__synchronize() lets an updater reclaim (registry tables,
+     * graph-cache structs, recycled classes). Written by its thread with a plain store. */
+    _Atomic uint32_t in_read;
     /* 1 while this thread is inside a gated section of graph driver calls (pipeline.c: the
      * instantiation gate), written by its thread with a plain store. */
     _Atomic uint32_t in_launch;
@@ -153,6 +154,21 @@ static inline bool cupool__driver_callable(void)
            (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED));
 }
 
+/* Whether readers of the asymmetric handshakes must issue a full fence themselves: set at
+ * initialisation when membarrier(2) is unavailable (an old kernel, or a seccomp filter that
+ * denies it), so that the updater's side can rely on a plain fence of its own. */
+extern bool cupool__sync_fence;
+
+/* The reader's half of every asymmetric handshake: a plain store, then a compiler barrier
+ * (membarrier(2) supplies the CPU side) or, without membarrier, a full fence. */
+static inline void cupool__reader_fence(void)
+{
+    if (CUPOOL_UNLIKELY(cupool__sync_fence))
+        atomic_thread_fence(memory_order_seq_cst);
+    else
+        atomic_signal_fence(memory_order_seq_cst);
+}
+
 /* Marks a driver call in flight; NULL when the driver may not be called any more (exit,
  * unload, fork, driver torn down). */
 static inline _Atomic uint32_t *cupool__drv_begin(void)
@@ -162,7 +178,7 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
     if (CUPOOL_LIKELY(tc != NULL)) {
         c = &tc->in_driver;
         atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
-        atomic_signal_fence(memory_order_seq_cst); /* the CPU side is membarrier's job */
+        cupool__reader_fence();
     } else {
         c = &cupool__drv_anon;
         atomic_fetch_add(c, 1);
@@ -187,31 +203,63 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
         drv_r_;                                                                             \
     })
 
-/* ---- Registry readers ----
- * Lock-free registry lookups run inside a read section, with the same asymmetric handshake:
- * a plain store on the reader's side, membarrier(2) on the rare side that frees a replaced
- * table (cupool__registry_grace). */
-extern _Atomic uint32_t cupool__reg_anon; /* readers without a thread cache */
+/* ---- Read sections: the one reclamation handshake ----
+ *
+ * Lock-free readers (registry lookups, the graph cache's lock-free claim, explicit pools and
+ * class lookups) run inside a read section; an updater that unpublished something (a
+ * replaced registry table, a freed graph-cache struct, a retired class) reclaims it only
+ * after cupool__synchronize() has seen every section that might have read it end: userspace
+ * RCU's asymmetric scheme. Contract:
+ *  - Reader: cupool__read_enter() / cupool__read_leave(), nestable, wait-free: a plain store
+ *    of this thread's nesting count and a compiler barrier (a full fence where membarrier(2)
+ *    is unavailable: cupool__sync_fence). A thread without a cache counts itself in a shared
+ *    counter with an atomic add. A section must not block on a lock an updater may hold while
+ *    it synchronizes (none does: updaters drop their locks first).
+ *  - Updater: unpublish (a store the reader would load), then cupool__synchronize(): a
+ *    barrier on every running thread (membarrier(2), or a plain fence when readers fence
+ *    themselves), then a wait until every other thread's count has been seen at zero.
+ *    Returns false after timeout_ns: the updater keeps what it wanted to free for a later try.
+ *  - Ordering: whatever a reader loaded inside a section that began before the unpublishing
+ *    store is no longer referenced once cupool__synchronize() returned true.
+ *  Must not be called from inside a read section of the calling thread's own that still holds
+ *  a pointer to what is reclaimed (the thread's own count is not waited for). */
+extern _Atomic uint32_t cupool__read_anon; /* readers without a thread cache */
 
+static inline void cupool__read_enter(struct cupool__tcache *tc)
+{
+    if (CUPOOL_LIKELY(tc != NULL)) {
+        atomic_store_explicit(&tc->in_read,
+                              atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) + 1,
+                              CUPOOL_RELAXED);
+        cupool__reader_fence();
+    } else {
+        atomic_fetch_add(&cupool__read_anon, 1);
+    }
+}
+
+static inline void cupool__read_leave(struct cupool__tcache *tc)
+{
+    if (CUPOOL_LIKELY(tc != NULL))
+        atomic_store_explicit(&tc->in_read, atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) - 1,
+                              CUPOOL_RELEASE);
+    else
+        atomic_fetch_sub(&cupool__read_anon, 1);
+}
+
+/* The updater's half (above). */
+bool cupool__synchronize(uint64_t timeout_ns);
+
+/* A registry lookup inside a read section of its own. */
 static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc, const void *h)
 {
-    struct cupool__handle *rec;
-    if (CUPOOL_LIKELY(tc != NULL)) {
-        atomic_store_explicit(&tc->in_registry, 1, CUPOOL_RELAXED);
-        atomic_signal_fence(memory_order_seq_cst);
-        rec = cupool__registry_lookup(h);
-        atomic_store_explicit(&tc->in_registry, 0, CUPOOL_RELEASE);
-    } else {
-        atomic_fetch_add(&cupool__reg_anon, 1);
-        rec = cupool__registry_lookup(h);
-        atomic_fetch_sub(&cupool__reg_anon, 1);
-    }
+    cupool__read_enter(tc);
+    struct cupool__handle *rec = cupool__registry_lookup(h);
+    cupool__read_leave(tc);
     return rec;
 }
 
-/* Called with the registry's lock held, after a new table was published: true once every
- * reader that might still be inside an older table has left it (waits up to ~10 ms), false
- * if that cannot be shown (membarrier(2) unavailable, or a reader held up). */
+/* Called after a new registry table was published (without the registry's lock): true once
+ * every reader that might still be inside an older table has left it (waits up to ~10 ms). */
 bool cupool__registry_grace(void);
 
 /* The monotonic clock, in ns. */

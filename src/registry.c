@@ -95,18 +95,37 @@ static int reserve(void)
         retired = t;
     }
     atomic_store_explicit(&cupool__reg_current, (uintptr_t)fresh | fresh->bits, CUPOOL_RELEASE);
-    /* Tables replaced so far (this one included) are freed once no lock-free reader can be
-     * inside them; if that cannot be shown now, a later replacement tries again. Without
-     * this, a table would be kept for every rehash that clears tombstones: memory growing with
-     * the number of handles ever created. */
-    if (retired && cupool__registry_grace()) {
-        while (retired) {
-            table_t *next = retired->retired_next;
-            cupool__free(retired, table_bytes(retired->mask + 1));
-            retired = next;
-        }
-    }
     return 0;
+}
+
+/* Frees the tables replaced so far once no lock-free reader can be inside them; called
+ * without the registry's lock (a reader in a read section may be waiting for it). If that
+ * cannot be shown now (a reader held up), a later replacement tries again. Without this, a
+ * table would be kept for every rehash that clears tombstones: memory growing with the
+ * number of handles ever created. */
+static void reclaim_retired(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    table_t *old = retired;
+    retired = NULL;
+    pthread_mutex_unlock(&reg_lock);
+    if (!old)
+        return;
+    if (cupool__registry_grace()) {
+        while (old) {
+            table_t *next = old->retired_next;
+            cupool__free(old, table_bytes(old->mask + 1));
+            old = next;
+        }
+        return;
+    }
+    pthread_mutex_lock(&reg_lock);
+    table_t *last = old;
+    while (last->retired_next)
+        last = last->retired_next;
+    last->retired_next = retired;
+    retired = old;
+    pthread_mutex_unlock(&reg_lock);
 }
 
 static struct cupool__handle *record_new(void)
@@ -148,7 +167,10 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
         atomic_store_explicit(&rec->handle, handle, CUPOOL_RELAXED);
         place(current_table(), rec);
     }
+    bool replaced = retired != NULL;
     pthread_mutex_unlock(&reg_lock);
+    if (replaced)
+        reclaim_retired();
     return rec;
 }
 

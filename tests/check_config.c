@@ -84,6 +84,11 @@ START_TEST(valid_values)
     ck_assert(!c.disable);
     parse(&c, &l, false, "CUPOOL_STATS=stderr", NULL);
     ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    /* standard output by name, never a file named "stdout" */
+    parse(&c, &l, false, "CUPOOL_STATS=stdout", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDOUT);
+    parse(&c, &l, false, "CUPOOL_STATS=./stdout", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
     parse(&c, &l, false, "CUPOOL_STATS=", NULL);
     ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
     /* boolean words: never taken as a file named "yes" */

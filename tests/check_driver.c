@@ -7,6 +7,9 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,6 +207,55 @@ static void acquire_and_exit(void)
     exit(0); /* the atexit handler prints the statistics */
 }
 
+/* Runs acquire_and_exit in a child whose working directory is dir, stdout to out_path; true
+ * if it exited with status 0 within 10 s (else it is killed). */
+static bool child_exits_promptly(const char *dir, const char *out_path)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || dup2(fd, 1) < 0 || chdir(dir) != 0)
+            _exit(4);
+        acquire_and_exit();
+    }
+    for (int i = 0; i < 1000; i++) {
+        int status;
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return false;
+}
+
+/* Exit never waits on CUPOOL_STATS: a FIFO nobody reads fails the open at once, and
+ * "stdout" means standard output, not a file of that name. */
+START_TEST(stats_never_block_exit)
+{
+    char dir[] = "/tmp/cupool-stats-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char fifo[256], out[256], named[256];
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(out, sizeof(out), "%s/out.txt", dir);
+    snprintf(named, sizeof(named), "%s/stdout", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    setenv("CUPOOL_STATS", fifo, 1);
+    setenv("CUPOOL_LOG", "none", 1);
+    ck_assert_msg(child_exits_promptly(dir, out), "exit blocked on a FIFO without a reader");
+
+    setenv("CUPOOL_STATS", "stdout", 1);
+    ck_assert(child_exits_promptly(dir, out));
+    ck_assert_msg(access(named, F_OK) != 0, "CUPOOL_STATS=stdout wrote a file named stdout");
+    ck_assert_int_eq(tu_lines_with(out, "statistics"), 1);
+    unlink(fifo);
+    unlink(out);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(stats_at_exit)
 {
     setenv("CUPOOL_STATS", "stderr", 1);
@@ -267,6 +319,7 @@ static Suite *driver_suite(void)
     TCase *env = tcase_create("environment");
     tcase_add_test(env, bad_environment_reported);
     tcase_add_test(env, stats_at_exit);
+    tcase_add_test(env, stats_never_block_exit);
     suite_add_tcase(s, env);
     return s;
 }
