@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "internal.h"
 #include "error.h"
-#include "pool.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,14 +9,14 @@
 
 int cupool__log_level = CUPOOL_LOG_WARN;
 
-/* Used when the thread has no cache (its allocation failed): better a shared, possibly
- * overwritten message than none. */
-static char fallback_message[CUPOOL_ERRMSG_MAX] = "no error";
+/* The calling thread's last message. Dynamic TLS (the default model, not initial-exec), so
+ * it costs the library no static TLS: it can still be loaded with dlopen() late. Its block is
+ * set up by the C library on the thread's first failure, without any lock of cupool's. */
+static __thread char thread_message[CUPOOL_ERRMSG_MAX];
 
 CUresult cupool__fail(CUresult result, const char *fmt, ...)
 {
-    struct cupool__tcache *tc = cupool__tcache_self();
-    char *buf = tc ? tc->errmsg : fallback_message;
+    char *buf = thread_message;
     char tmp[CUPOOL_ERRMSG_MAX - 48]; /* leaves room for " (<result name>)" */
     va_list ap;
     va_start(ap, fmt);
@@ -32,8 +31,7 @@ CUresult cupool__fail(CUresult result, const char *fmt, ...)
 
 const char *cupool_error_string(void)
 {
-    struct cupool__tcache *tc = cupool__tcache_peek();
-    return tc ? tc->errmsg : fallback_message;
+    return thread_message[0] ? thread_message : "no error";
 }
 
 void cupool__log(int level, const char *fmt, ...)

@@ -4,6 +4,8 @@
 #define CUPOOL_ERROR_H
 #include "internal.h"
 
+#define CUPOOL_ERRMSG_MAX 512
+
 enum cupool__log_level {
     CUPOOL_LOG_NONE = 0,
     CUPOOL_LOG_ERROR = 1,
@@ -13,7 +15,9 @@ enum cupool__log_level {
 };
 
 /* Records a message for cupool_error_string() on the calling thread and returns `result`,
- * so error paths read `return cupool__fail(CUDA_ERROR_INVALID_VALUE, "...", ...);`. */
+ * so error paths read `return cupool__fail(CUDA_ERROR_INVALID_VALUE, "...", ...);`.
+ * Takes no lock and allocates nothing of cupool's (the message lives in the thread's own TLS):
+ * safe in a forked child whose parent held any of cupool's locks at fork(). */
 CUresult cupool__fail(CUresult result, const char *fmt, ...) CUPOOL_PRINTF(2, 3);
 
 /* Writes "cupool: <message>\n" to stderr with one write(2) if `level` is enabled by CUPOOL_LOG.

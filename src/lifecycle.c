@@ -182,12 +182,6 @@ __attribute__((destructor)) static void at_unload(void)
     cupool__driver_unload();
 }
 
-static void at_fork_child(void)
-{
-    /* The child shares no usable CUDA state with its parent (the driver refuses every call
-     * there too); cupool's pools hold the parent's handles, so they are abandoned unused. */
-    atomic_store(&cupool__state, CUPOOL_ST_FORKED);
-}
 
 /* Registers at_exit_marker once, at the library's first use: after the program's start-up
  * registered the dynamic linker's finaliser, so at exit the marker runs before any
@@ -259,6 +253,65 @@ static bool init_failure_is_permanent(CUresult r)
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic bool init_permanent; /* FAILED for good */
 
+/* ---- fork ----
+ * A child forked while another thread of the parent held one of cupool's locks inherits it
+ * held, by a thread that does not exist there. So in a forked child cupool takes no lock at
+ * all: every public call checks the state first and refuses with CUDA_ERROR_NOT_PERMITTED
+ * (its message is written to the thread's own TLS, see cupool__fail), and nothing is freed
+ * at the child's exit. The one lock a child may still take is the initialisation lock (a
+ * child of a parent that never initialised cupool may use it afresh): the prepare handler
+ * holds it across fork(), so no child inherits an initialisation half done. The handlers are
+ * registered before that lock is first taken. */
+static _Atomic(pthread_t) init_owner;  /* the thread holding init_lock, if init_held */
+static _Atomic bool init_held;
+static bool fork_took_init_lock;       /* written by the forking thread only */
+
+static void init_lock_take(void)
+{
+    pthread_mutex_lock(&init_lock);
+    atomic_store(&init_owner, pthread_self());
+    atomic_store(&init_held, true);
+}
+
+static void init_lock_drop(void)
+{
+    atomic_store(&init_held, false);
+    pthread_mutex_unlock(&init_lock);
+}
+
+static void at_fork_prepare(void)
+{
+    /* not when this very thread is initialising (a fork from inside the driver's load) */
+    fork_took_init_lock =
+        !(atomic_load(&init_held) && pthread_equal(atomic_load(&init_owner), pthread_self()));
+    if (fork_took_init_lock)
+        init_lock_take();
+}
+
+static void at_fork_parent(void)
+{
+    if (fork_took_init_lock)
+        init_lock_drop();
+}
+
+static void at_fork_child(void)
+{
+    if (fork_took_init_lock)
+        init_lock_drop();
+    /* The child shares no usable CUDA state with its parent (the driver refuses every call
+     * there too); cupool's pools hold the parent's handles, so they are abandoned unused. A
+     * parent that never tried to initialise leaves the child free to start afresh. */
+    if (cupool__state_now() != CUPOOL_ST_UNINIT)
+        atomic_store(&cupool__state, CUPOOL_ST_FORKED);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_handlers_register(void)
+{
+    pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child);
+}
+
 
 static void at_exit_cxa(void *arg)
 {
@@ -290,7 +343,6 @@ static void init_attempt(void)
         cupool__config_load();
         cupool__pool_init();
         cupool__membarrier_register();
-        pthread_atfork(NULL, NULL, at_fork_child);
     }
     const char *path = cupool__cfg.driver_path;
 #ifdef CUPOOL_BUILDING_PRELOAD
@@ -326,9 +378,10 @@ CUresult cupool__enter(void)
 {
     int st = cupool__state_now();
     if (CUPOOL_UNLIKELY(st == CUPOOL_ST_UNINIT || (st == CUPOOL_ST_FAILED && !init_permanent))) {
-        pthread_mutex_lock(&init_lock);
+        pthread_once(&fork_once, fork_handlers_register);
+        init_lock_take();
         init_attempt();
-        pthread_mutex_unlock(&init_lock);
+        init_lock_drop();
         st = cupool__state_now();
     }
     switch (st) {
@@ -336,11 +389,11 @@ CUresult cupool__enter(void)
     case CUPOOL_ST_PASSTHROUGH:
         return CUDA_SUCCESS;
     case CUPOOL_ST_FAILED: {
-        pthread_mutex_lock(&init_lock);
+        init_lock_take();
         CUresult r = init_result;
         char msg[CUPOOL_ERRMSG_MAX];
         snprintf(msg, sizeof(msg), "%s", init_message);
-        pthread_mutex_unlock(&init_lock);
+        init_lock_drop();
         return cupool__fail(r, "%s", msg);
     }
     case CUPOOL_ST_EXITING:

@@ -40,6 +40,13 @@ extern _Atomic bool cupool__driver_gone;
  */
 CUresult cupool__enter(void);
 
+/* True in a child forked after initialisation: the caller must refuse (cupool__enter() gives
+ * the error) before it takes any lock or allocates. */
+static inline bool cupool__forked(void)
+{
+    return CUPOOL_UNLIKELY(cupool__state_now() == CUPOOL_ST_FORKED);
+}
+
 /* The driver said CUDA_ERROR_DEINITIALIZED: RUNNING or PASSTHROUGH become DEAD. */
 void cupool__driver_died(void);
 

@@ -250,6 +250,8 @@ CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
 
 CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
 {
+    if (cupool__forked()) /* a lock a parent's thread held may guard the memory */
+        return cupool__enter();
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!pipeline)
         return CUDA_SUCCESS;
@@ -267,6 +269,8 @@ CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
 
 CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
 {
+    if (cupool__forked())
+        return cupool__enter();
     struct cupool_pipeline *p = pipeline_of(pipeline);
     if (!p)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_reset: not a pipeline");
@@ -323,6 +327,10 @@ static CUresult node_push(struct cupool_pipeline *p, uint32_t type, struct pnode
     *out = n;
     return CUDA_SUCCESS;
 }
+
+/* The public adds. In a forked child they refuse before touching anything (the parent's
+ * pipeline may have been mid-change at fork()); each failure is noted in the pipeline. */
+#define PUBLIC_ADD(call) (cupool__forked() ? cupool__enter() : add_noted(pipeline, (call)))
 
 /* A failed add leaves the description short of what its caller meant: the pipeline keeps
  * the first such error, and launches return it until cupool_pipeline_reset(). */
@@ -439,14 +447,13 @@ static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type
 CUresult cupool_pipeline_event_record(cupool_pipeline_t pipeline, CUevent event,
                                       cupool_node_t *node)
 {
-    return add_noted(pipeline,
-                     event_node(pipeline, event, PN_RECORD, node, "cupool_pipeline_event_record"));
+    return PUBLIC_ADD(
+        event_node(pipeline, event, PN_RECORD, node, "cupool_pipeline_event_record"));
 }
 
 CUresult cupool_pipeline_event_wait(cupool_pipeline_t pipeline, CUevent event, cupool_node_t *node)
 {
-    return add_noted(pipeline,
-                     event_node(pipeline, event, PN_WAIT, node, "cupool_pipeline_event_wait"));
+    return PUBLIC_ADD(event_node(pipeline, event, PN_WAIT, node, "cupool_pipeline_event_wait"));
 }
 
 static CUresult host_add(cupool_pipeline_t pipeline, CUhostFn fn, void *user_data,
@@ -496,39 +503,39 @@ static CUresult depend_add(cupool_pipeline_t pipeline, cupool_node_t node, const
     return CUDA_SUCCESS;
 }
 
-/* The public adds: each failure is noted in the pipeline (add_noted). */
+/* The public adds (PUBLIC_ADD above). */
 
 CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                                 unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
                                 unsigned int block_y, unsigned int block_z,
                                 unsigned int shared_bytes, void **args, cupool_node_t *node)
 {
-    return add_noted(pipeline, kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y,
-                                          block_z, shared_bytes, args, node));
+    return PUBLIC_ADD(kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                                 shared_bytes, args, node));
 }
 
 CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
                                 unsigned int element_bytes, size_t count, cupool_node_t *node)
 {
-    return add_noted(pipeline, memset_add(pipeline, dst, value, element_bytes, count, node));
+    return PUBLIC_ADD(memset_add(pipeline, dst, value, element_bytes, count, node));
 }
 
 CUresult cupool_pipeline_memcpy(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdeviceptr src,
                                 size_t bytes, cupool_node_t *node)
 {
-    return add_noted(pipeline, memcpy_add(pipeline, dst, src, bytes, node));
+    return PUBLIC_ADD(memcpy_add(pipeline, dst, src, bytes, node));
 }
 
 CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn, void *user_data,
                               cupool_node_t *node)
 {
-    return add_noted(pipeline, host_add(pipeline, fn, user_data, node));
+    return PUBLIC_ADD(host_add(pipeline, fn, user_data, node));
 }
 
 CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
                                 const cupool_node_t *on, size_t count)
 {
-    return add_noted(pipeline, depend_add(pipeline, node, on, count));
+    return PUBLIC_ADD(depend_add(pipeline, node, on, count));
 }
 
 /* ---- signature ---- */
@@ -2018,6 +2025,8 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
 
 CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
 {
+    if (cupool__forked()) /* the cache lock may be held by a parent's thread */
+        return cupool__enter();
     if (!stats)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
     memset(stats, 0, sizeof(*stats));

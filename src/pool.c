@@ -185,7 +185,6 @@ struct cupool__tcache *cupool__tcache_self(void)
         while (!atomic_compare_exchange_weak_explicit(&tc_list, &head, tc, CUPOOL_RELEASE,
                                                       CUPOOL_RELAXED));
     }
-    snprintf(tc->errmsg, sizeof(tc->errmsg), "no error");
     pthread_setspecific(tc_key, tc);
     cupool__tl = tc;
     return tc;
@@ -258,12 +257,21 @@ static bool error_is_sticky(CUresult r)
 /* What a check of a class's context found. */
 enum ctx_state { CTX_ALIVE, CTX_GONE, CTX_UNKNOWN };
 
+/* Errors by which the driver says a context is gone, or broken for good. */
+static bool error_says_gone(CUresult r)
+{
+    return r == CUDA_ERROR_INVALID_CONTEXT || r == CUDA_ERROR_CONTEXT_IS_DESTROYED ||
+           (error_is_sticky(r) && r != CUDA_ERROR_DEINITIALIZED);
+}
+
 /*
- * One driver call: is the class's context still the one its handles were made in? Only a
- * changed id, the driver's own verdict (CUDA_ERROR_CONTEXT_IS_DESTROYED,
- * CUDA_ERROR_INVALID_CONTEXT) or a sticky error (the context is broken for good) retires
- * the class. Any other error is taken as transient:
- * CTX_UNKNOWN, *err set, and the caller keeps every handle as it is.
+ * Is the class's context still the one its handles were made in? A context is declared gone
+ * only on the driver's proof: cuCtxGetId(ctx) answers with another id (a reset primary
+ * context keeps its CUcontext), or it says the context is destroyed, invalid or broken
+ * (CUDA_ERROR_CONTEXT_IS_DESTROYED, CUDA_ERROR_INVALID_CONTEXT, a sticky error) and says so
+ * again when asked a second time. A verdict the driver does not repeat, or any other error,
+ * is taken as passing: CTX_UNKNOWN-style -1 with *err set, and the caller keeps every handle
+ * as it is, to try again later. 1: alive; 0: gone.
  */
 int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err)
 {
@@ -271,15 +279,37 @@ int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err)
         *err = CUDA_ERROR_DEINITIALIZED;
         return -1;
     }
-    unsigned long long id = 0;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id));
-    if (r == CUDA_SUCCESS && id == ctx_id)
-        return 1;
-    /* a new id, the driver's verdict, or a sticky error: nothing of it is usable again */
-    if (r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_CONTEXT || error_is_sticky(r))
-        return 0;
+    CUresult r = CUDA_SUCCESS;
+    for (int ask = 0; ask < 2; ask++) {
+        unsigned long long id = 0;
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id));
+        if (r == CUDA_SUCCESS)
+            return id == ctx_id; /* another id: the context behind the pointer was replaced */
+        if (!error_says_gone(r))
+            break;
+        if (ask == 1)
+            return 0; /* the driver said so twice */
+    }
     *err = r;
     return -1;
+}
+
+/* Is the class's context broken by a sticky error? Confirms a sticky error another call
+ * returned with an independent question: cuCtxGetId(NULL) with the context current answers
+ * with the context's sticky error (as on the H200, and the simulated driver) and succeeds in
+ * a healthy context. False when it cannot be shown. */
+static bool class_ctx_broken(const struct cupool__class *cls)
+{
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(cls->ctx));
+    if (r != CUDA_SUCCESS)
+        return false;
+    unsigned long long id = 0;
+    CUresult probe = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
+    CUcontext popped;
+    if (CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) != CUDA_SUCCESS)
+        cupool__log(CUPOOL_LOG_WARN, "cuCtxPopCurrent failed after probing context %llu",
+                    cls->ctx_id);
+    return error_is_sticky(probe) && probe != CUDA_ERROR_DEINITIALIZED;
 }
 
 static enum ctx_state class_ctx_check(struct cupool__class *cls, CUresult *err)
@@ -312,7 +342,9 @@ static void handle_forget(struct cupool__class *cls, struct cupool__handle *rec)
  * Destroys a handle of a class whose context is alive. The record goes only after the driver
  * agreed: a failed destroy keeps the handle registered (and the caller keeps it pooled). A
  * handle the driver reuses right after the destroy finds this record and marks it stale,
- * which _remove() then respects.
+ * which _remove() then respects. A destroy that fails with a verdict on the context (gone, or
+ * a sticky error) retires the class only once the driver confirms it (cupool__ctx_verdict,
+ * class_ctx_broken); then the handle is forgotten, as everything of that context.
  */
 static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle *rec)
 {
@@ -323,19 +355,24 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
         return CUDA_SUCCESS;
     }
     CUresult r = (CUPOOL_DRV(cls->ops->destroy(h)));
-    if (r != CUDA_SUCCESS && error_is_sticky(r)) {
-        /* the context is broken for good: nothing of it can be used or destroyed again */
-        class_mark_dead(cls);
-        handle_forget(cls, rec);
+    if (r == CUDA_SUCCESS) {
+        cupool__registry_remove(rec);
+        live_add(cls, -1);
+        atomic_fetch_add_explicit(&cls->destroys, 1, CUPOOL_RELAXED);
         return CUDA_SUCCESS;
     }
-    if (r != CUDA_SUCCESS)
-        return cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h,
-                            cls->ctx_id);
-    cupool__registry_remove(rec);
-    live_add(cls, -1);
-    atomic_fetch_add_explicit(&cls->destroys, 1, CUPOOL_RELAXED);
-    return CUDA_SUCCESS;
+    if (r != CUDA_ERROR_DEINITIALIZED && error_says_gone(r)) {
+        CUresult err = CUDA_SUCCESS;
+        bool confirmed = error_is_sticky(r) ? class_ctx_broken(cls)
+                                            : cupool__ctx_verdict(cls->ctx, cls->ctx_id, &err) == 0;
+        if (confirmed) {
+            class_mark_dead(cls);
+            handle_forget(cls, rec);
+            return CUDA_SUCCESS;
+        }
+    }
+    return cupool__fail(r, "destroying %s %p of context %llu failed", cls->ops->name, h,
+                        cls->ctx_id);
 }
 
 /* A handle that cannot be pooled (no memory for a magazine): destroyed if its context is
@@ -699,7 +736,8 @@ static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
             handle_forget(cls, rec);
         return 1;
     }
-    if (error_is_sticky(r)) {
+    if (error_is_sticky(r) && r != CUDA_ERROR_DEINITIALIZED && class_ctx_broken(cls)) {
+        class_mark_dead(cls);
         handle_forget(cls, rec);
         *err = cupool__fail(r, "the context (id %llu) of stream %p is broken", cls->ctx_id,
                             (void *)h);
@@ -959,11 +997,25 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
     struct cupool__class *cls = NULL;
     if (!release_ok(ops, expect, rec, &cls))
         return release_refused(ops, expect, h, rec);
+    /* The context may have been reset since the acquire: a handle of a context that is gone
+     * never reaches the driver (it crashes on one); it is forgotten. A check or destroy that
+     * fails for a passing reason leaves the handle the caller's, registered, for a retry. */
+    CUresult err = CUDA_SUCCESS;
+    enum ctx_state cs = class_ctx_check(cls, &err);
+    if (cs == CTX_UNKNOWN)
+        return err;
+    if (cs == CTX_GONE) {
+        handle_forget(cls, rec);
+    } else {
+        CUresult r = handle_destroy(cls, rec);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
     struct cupool__tcache *tc = cupool__tcache_self();
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
     if (s)
         cupool__counter_inc(&s->releases);
-    return handle_destroy(cls, rec);
+    return CUDA_SUCCESS;
 }
 
 /* Every release but the fast one: other lifecycle states, refusals, a full magazine. */

@@ -11,7 +11,6 @@
 #include "registry.h"
 #include "lifecycle.h"
 
-#define CUPOOL_ERRMSG_MAX 512
 #define CUPOOL_CLASS_MAGIC 0x63706f6cu /* "cpol": checks explicit pool arguments */
 
 struct cupool__class;
@@ -123,7 +122,6 @@ struct cupool__tcache {
     struct cupool__gslot gslots[CUPOOL_GSLOTS];
     _Atomic uint64_t graph_hits; /* graph-cache hits claimed through gslots */
     _Atomic uint64_t graph_updates, graph_nodes_updated; /* this thread's exec updates */
-    char errmsg[CUPOOL_ERRMSG_MAX];
 };
 
 extern CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;

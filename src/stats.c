@@ -9,6 +9,7 @@
 #include "alloc.h"
 #include "config.h"
 #include "driver.h"
+#include "lifecycle.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,6 +46,8 @@ static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out
 
 CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count)
 {
+    if (cupool__forked())
+        return cupool__enter();
     if (!count || (!stats && capacity))
         return CUDA_ERROR_INVALID_VALUE;
     size_t n = 0;
@@ -63,6 +66,8 @@ CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *
 
 CUresult cupool_stats_print(FILE *out)
 {
+    if (cupool__forked())
+        return cupool__enter();
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     fprintf(out,

@@ -773,24 +773,29 @@ START_TEST(transient_context_check_error_keeps_pool)
 }
 END_TEST
 
-/* A context check answered with a verdict that the context is gone (here a passing one,
- * injected) retires the class; the context still answers with its id, so the same thread's
- * next acquire must not be stuck with the retired class. */
-START_TEST(retired_class_replaced_when_context_answers)
+/* A context check answered once with a verdict that the context is gone (a passing one,
+ * injected) retires nothing: the driver repeats a true verdict when asked again, and this
+ * one it does not. The class and its idle streams stay, and trim destroys them normally. */
+START_TEST(passing_context_verdict_keeps_class)
 {
     CUstream s;
     make_idle_streams(4);
     tu_fake.fault("cuCtxGetId", 0, 1, CUDA_ERROR_INVALID_CONTEXT);
-    TU_OK(cupool_trim()); /* the check says gone: the idle streams are forgotten */
+    TU_OK(cupool_trim());
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_int_eq(st.context_alive, 1);
+    ck_assert_uint_eq(st.destroys, 4);
+    ck_assert_uint_eq(st.dropped, 0);
+    ck_assert_int_eq(tu_fake.live_streams(), 0);
     for (int i = 0; i < 3; i++) {
         TU_OK(cupool_stream_acquire(&s, 0, 0));
         TU_OK(cupool_stream_release(s));
     }
     cupool_stream_pool_t pool;
-    TU_OK(cupool_stream_pool_get(&pool, NULL, 0, 0)); /* a fresh class, not the retired one */
+    TU_OK(cupool_stream_pool_get(&pool, NULL, 0, 0)); /* the same class */
     TU_OK(cupool_stream_pool_acquire(pool, &s));
     TU_OK(cupool_stream_pool_release(pool, s, 0));
-    ck_assert_uint_eq(tu_class_count(), 2);
+    ck_assert_uint_eq(tu_class_count(), 1);
 }
 END_TEST
 
@@ -910,7 +915,7 @@ static Suite *api_suite(void)
         tcase_add_test(sim, teardown_stops_driver_calls);
         tcase_add_test(sim, live_handles_match_statistics);
         tcase_add_test(sim, transient_context_check_error_keeps_pool);
-        tcase_add_test(sim, retired_class_replaced_when_context_answers);
+        tcase_add_test(sim, passing_context_verdict_keeps_class);
         tcase_add_test(sim, sticky_error_spares_other_contexts_pools);
         tcase_add_test(sim, failed_destroy_keeps_handle);
         tcase_add_test(sim, transient_capture_check_error_keeps_stream);

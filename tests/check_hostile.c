@@ -10,7 +10,9 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,11 +83,301 @@ START_TEST(registry_reclaims_without_membarrier)
 }
 END_TEST
 
+/* ---- fork in the middle of a storm --------------------------------------------------- */
+
+#define STORM_WORKERS 4
+static _Atomic int storm_stop, storm_errors, storm_ready;
+static struct tu_kernels storm_k;
+static CUdeviceptr storm_mem;
+static cupool_pipeline_t storm_idle_pipeline; /* the parent's, never used by the workers */
+
+static void storm_fail(const char *what, CUresult r)
+{
+    if (atomic_fetch_add(&storm_errors, 1) < 5)
+        fprintf(stderr, "storm: %s returned %s: %s\n", what, cupool_result_name(r),
+                cupool_error_string());
+}
+
+#define STORM_OK(call)                                                                      \
+    do {                                                                                    \
+        CUresult r_ = (call);                                                               \
+        if (r_ != CUDA_SUCCESS)                                                             \
+            storm_fail(#call, r_);                                                          \
+    } while (0)
+
+static CUresult storm_capture(CUstream s, void *user)
+{
+    unsigned v = (unsigned)(uintptr_t)user;
+    void *args[] = {&storm_mem, &v};
+    return tu.cuLaunchKernel(storm_k.set_u32, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+}
+
+/* Creates, fills, launches and destroys pipelines, captures, acquires and releases streams
+ * and events of both APIs, trims now and then: every lock cupool has is taken over and
+ * over. */
+static void *storm_worker(void *arg)
+{
+    unsigned id = (unsigned)(uintptr_t)arg;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS) {
+        storm_fail("cuCtxSetCurrent", CUDA_ERROR_UNKNOWN);
+        return NULL;
+    }
+    cupool_event_pool_t ep;
+    STORM_OK(cupool_event_pool_get(&ep, NULL, CU_EVENT_DISABLE_TIMING));
+    atomic_fetch_add(&storm_ready, 1);
+    for (unsigned it = 0; !atomic_load(&storm_stop); it++) {
+        CUstream s;
+        CUevent e[3];
+        CUresult r = cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, -(int)(it % 3));
+        if (r != CUDA_SUCCESS) {
+            storm_fail("cupool_stream_acquire", r);
+            continue;
+        }
+        STORM_OK(cupool_event_acquire(&e[0], 0));
+        STORM_OK(cupool_event_pool_acquire(ep, &e[1]));
+        STORM_OK(cupool_event_acquire(&e[2], CU_EVENT_DISABLE_TIMING));
+        cupool_pipeline_t p;
+        STORM_OK(cupool_pipeline_create(&p));
+        unsigned v = id * 1000 + it;
+        for (unsigned k = 0; k < 2 + it % 3; k++)
+            STORM_OK(cupool_pipeline_kernel(p, storm_k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+                                            (void *[]){&storm_mem, &v}, NULL));
+        STORM_OK(cupool_pipeline_memset(p, storm_mem, 0, 4, 1, NULL));
+        STORM_OK(cupool_pipeline_event_record(p, e[0], NULL));
+        STORM_OK(cupool_pipeline_launch(p, s));
+        STORM_OK(cupool_capture_launch(id * 8 + it % 4, s, storm_capture,
+                                       (void *)(uintptr_t)v, CUPOOL_CAPTURE_UPDATE));
+        STORM_OK(tu.cuStreamSynchronize(s));
+        STORM_OK(cupool_pipeline_destroy(p));
+        STORM_OK(cupool_event_release(e[0]));
+        STORM_OK(cupool_event_pool_release(ep, e[1]));
+        STORM_OK(cupool_event_release(e[2]));
+        STORM_OK(cupool_stream_release(s));
+        if (it % 64 == 63)
+            STORM_OK(cupool_trim());
+    }
+    return NULL;
+}
+
+/* What a forked child sees: every call refuses with CUDA_ERROR_NOT_PERMITTED (a release of
+ * the parent's handle included), with a message. Exit status: the number of calls that did
+ * not. */
+static int child_calls(CUstream parents_stream)
+{
+    int bad = 0;
+    CUstream s = NULL;
+    CUevent e = NULL;
+    cupool_stream_pool_t sp = NULL;
+    cupool_pipeline_t p = NULL;
+    cupool_class_stats_t st[4];
+    cupool_graph_stats_t g;
+    size_t n = 0;
+#define REFUSED(call)                                                                       \
+    do {                                                                                    \
+        CUresult r_ = (call);                                                               \
+        if (r_ != CUDA_ERROR_NOT_PERMITTED && bad++ == 0)                                   \
+            fprintf(stderr, "forked child: %s returned %s\n", #call, cupool_result_name(r_)); \
+    } while (0)
+    REFUSED(cupool_stream_acquire(&s, 0, 0));
+    REFUSED(cupool_event_acquire(&e, 0));
+    REFUSED(cupool_stream_release(parents_stream));
+    REFUSED(cupool_stream_pool_get(&sp, NULL, 0, 0));
+    REFUSED(cupool_trim());
+    REFUSED(cupool_init());
+    REFUSED(cupool_pipeline_create(&p));
+    REFUSED(cupool_pipeline_memset(storm_idle_pipeline, storm_mem, 0, 4, 1, NULL));
+    REFUSED(cupool_pipeline_kernel(storm_idle_pipeline, storm_k.addone, 1, 1, 1, 1, 1, 1, 0,
+                                   (void *[]){&storm_mem}, NULL));
+    REFUSED(cupool_pipeline_reset(storm_idle_pipeline));
+    REFUSED(cupool_pipeline_launch(storm_idle_pipeline, NULL));
+    REFUSED(cupool_pipeline_destroy(storm_idle_pipeline));
+    REFUSED(cupool_capture_launch(1, NULL, storm_capture, NULL, 0));
+    REFUSED(cupool_stats_get(st, 4, &n));
+    REFUSED(cupool_graph_stats_get(&g));
+    REFUSED(cupool_cuStreamCreate(&s, 0));
+    REFUSED(cupool_cuEventDestroy((CUevent)(uintptr_t)0x1234));
+#undef REFUSED
+    bad += s != NULL || e != NULL || p != NULL;
+    bad += strstr(cupool_error_string(), "fork") == NULL;
+    return bad;
+}
+
+/* Hundreds of forks from a thread that never called cupool, while four threads storm every
+ * lock cupool has: each child gets CUDA_ERROR_NOT_PERMITTED from every call within seconds
+ * (a child blocked on a lock a parent's thread held at fork() is killed and fails the test),
+ * and the parent's storm goes on without an error. */
+struct forker_result {
+    int forks, hung, wrong;
+};
+static CUstream forker_stream;
+
+static void *forker(void *arg)
+{
+    struct forker_result *res = arg;
+    int forks = (int)scaled(300);
+    for (int i = 0; i < forks; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(20); /* never outlive a hung test */
+            _exit(child_calls(forker_stream));
+        }
+        if (pid < 0)
+            break;
+        res->forks++;
+        int status = 0, done = 0;
+        for (int t = 0; t < 1000 && !done; t++) { /* 10 s */
+            if (waitpid(pid, &status, WNOHANG) == pid) {
+                done = 1;
+                break;
+            }
+            struct timespec ts = {0, 10000000};
+            nanosleep(&ts, NULL);
+        }
+        if (!done) {
+            res->hung++;
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            res->wrong++;
+        }
+        struct timespec ts = {0, 1000000 + (long)(i % 7) * 300000}; /* forks land anywhere */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+START_TEST(fork_storm_children_refuse_without_hanging)
+{
+    tu_setup();
+    tu_load_kernels(&storm_k);
+    TU_OK(tu.cuMemAlloc(&storm_mem, 64));
+    TU_OK(cupool_pipeline_create(&storm_idle_pipeline));
+    TU_OK(cupool_pipeline_memset(storm_idle_pipeline, storm_mem, 0, 4, 1, NULL));
+    TU_OK(cupool_stream_acquire(&forker_stream, 0, 0));
+    pthread_t w[STORM_WORKERS], f;
+    for (unsigned i = 0; i < STORM_WORKERS; i++)
+        ck_assert_int_eq(pthread_create(&w[i], NULL, storm_worker, (void *)(uintptr_t)i), 0);
+    while (atomic_load(&storm_ready) < STORM_WORKERS)
+        sched_yield();
+    struct forker_result res = {0, 0, 0};
+    ck_assert_int_eq(pthread_create(&f, NULL, forker, &res), 0);
+    pthread_join(f, NULL);
+    atomic_store(&storm_stop, 1);
+    for (unsigned i = 0; i < STORM_WORKERS; i++)
+        pthread_join(w[i], NULL);
+    printf("fork storm: %d forks, %d children hung, %d answered wrongly, %d storm errors\n",
+           res.forks, res.hung, res.wrong, atomic_load(&storm_errors));
+    ck_assert_int_gt(res.forks, 0);
+    ck_assert_int_eq(res.hung, 0);
+    ck_assert_int_eq(res.wrong, 0);
+    ck_assert_int_eq(atomic_load(&storm_errors), 0);
+    TU_OK(cupool_stream_release(forker_stream));
+    TU_OK(cupool_pipeline_destroy(storm_idle_pipeline));
+}
+END_TEST
+
+/* ---- pass-through mode across a context reset ------------------------------------------ */
+
+/* Reset the primary context with handles out, then release them under CUPOOL_DISABLE=1: the
+ * releases never reach the driver with a dead handle (the simulated driver aborts on one, the
+ * H200 segfaulted), and the new context's handles work. */
+START_TEST(passthrough_release_after_reset_is_harmless)
+{
+    setenv("CUPOOL_DISABLE", "1", 1);
+    tu_setup();
+    CUstream s;
+    CUevent e;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_event_acquire(&e, 0));
+    TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+    TU_OK(cupool_stream_release(s));
+    TU_OK(cupool_event_release(e));
+    TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    TU_OK(cupool_event_acquire(&e, 0));
+    TU_OK(tu.cuEventRecord(e, s));
+    TU_OK(tu.cuEventSynchronize(e));
+    TU_OK(cupool_event_release(e));
+    TU_OK(cupool_stream_release(s));
+    if (tu_fake.present) {
+        ck_assert_int_eq(tu_fake.live_streams(), 0);
+        ck_assert_int_eq(tu_fake.live_events(), 0);
+    }
+}
+END_TEST
+
+/* ---- passing driver errors ----------------------------------------------------------- */
+
+/* A verdict on the context that the driver does not repeat (one CUDA_ERROR_INVALID_CONTEXT or
+ * CONTEXT_IS_DESTROYED from cuCtxGetId(ctx), one CONTEXT_IS_DESTROYED or sticky error from a
+ * destroy) never retires a live class. 17,000 rounds (more than the class table holds): no
+ * class replaced, no handle leaked in the driver, metadata flat, every acquire served.
+ * Simulated driver only (it injects the faults). */
+START_TEST(passing_errors_never_retire_a_live_class)
+{
+    tu_setup();
+    if (!tu_fake.present) {
+        printf("passing errors: needs the simulated driver's fault injection (not run)\n");
+        return;
+    }
+    static const struct {
+        const char *entry;
+        CUresult err;
+    } faults[] = {
+        {"cuCtxGetId", CUDA_ERROR_INVALID_CONTEXT},
+        {"cuCtxGetId", CUDA_ERROR_CONTEXT_IS_DESTROYED},
+        {"cuCtxGetId", CUDA_ERROR_ILLEGAL_ADDRESS},
+        {"cuStreamDestroy", CUDA_ERROR_CONTEXT_IS_DESTROYED},
+        {"cuStreamDestroy", CUDA_ERROR_INVALID_CONTEXT},
+        {"cuStreamDestroy", CUDA_ERROR_LAUNCH_FAILED},
+        {"cuEventDestroy", CUDA_ERROR_CONTEXT_IS_DESTROYED},
+        {"cuEventDestroy", CUDA_ERROR_ILLEGAL_ADDRESS},
+    };
+    const int nf = (int)(sizeof(faults) / sizeof(faults[0]));
+    long rounds = scaled(17000);
+    size_t early = 0;
+    for (long i = 0; i < rounds; i++) {
+        CUstream s[4];
+        CUevent e[4];
+        for (int k = 0; k < 4; k++) {
+            TU_OK(cupool_stream_acquire(&s[k], 0, 0));
+            TU_OK(cupool_event_acquire(&e[k], 0));
+        }
+        for (int k = 0; k < 4; k++) {
+            TU_OK(cupool_stream_release(s[k]));
+            TU_OK(cupool_event_release(e[k]));
+        }
+        tu_fake.fault(faults[i % nf].entry, 0, 1, faults[i % nf].err);
+        CUresult r = cupool_trim(); /* the fault may fail it: the handle stays for later */
+        (void)r;
+        tu_fake.fault_clear();
+        if (i == 100)
+            early = cupool_metadata_bytes();
+    }
+    ck_assert_uint_eq(tu_class_count(), 2);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    cupool_class_stats_t ev = tu_stats(CUPOOL_KIND_EVENT, 0);
+    ck_assert_uint_eq(st.dropped + ev.dropped, 0);
+    ck_assert_int_eq(tu_fake.live_streams(), (int)(st.idle + st.in_use));
+    ck_assert_int_eq(tu_fake.live_events(), (int)(ev.idle + ev.in_use));
+    size_t late = cupool_metadata_bytes();
+    printf("passing errors: %ld rounds, metadata %zu bytes after 100, %zu at the end\n", rounds,
+           early, late);
+    ck_assert_msg(late <= early + 4096, "metadata grew from %zu to %zu", early, late);
+    tu_trim_leaves_nothing();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
     TCase *tc = tcase_create("hostile");
     tcase_add_test(tc, registry_reclaims_without_membarrier);
+    tcase_add_test(tc, fork_storm_children_refuse_without_hanging);
+    tcase_add_test(tc, passthrough_release_after_reset_is_harmless);
+    tcase_add_test(tc, passing_errors_never_retire_a_live_class);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return tu_run(s);
