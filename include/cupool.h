@@ -169,15 +169,31 @@ CUPOOL_API CUresult cupool_event_release(CUevent event);
 /* Explicit pools: resolve context, flags and priority once, then acquire with no driver call. */
 /* ------------------------------------------------------------------------------------------ */
 
-/** A stream pool: one (context, flags, priority) class. Valid while its context lives. */
+/** A stream pool: one (context, flags, priority) class. Once its context is gone (reset,
+ *  destroyed) every acquire through it returns CUDA_ERROR_CONTEXT_IS_DESTROYED. An opaque
+ *  value, not an address; never NULL. */
 typedef struct cupool_stream_pool_st *cupool_stream_pool_t;
-/** An event pool: one (context, flags) class. Valid while its context lives. */
+/** An event pool: one (context, flags) class; as cupool_stream_pool_t. */
 typedef struct cupool_event_pool_st *cupool_event_pool_t;
 
 /**
+ * Pool flag (cupool_stream_pool_get, cupool_event_pool_get), cupool's own: the caller's
+ * promise that the pool's context outlives every use of the pool handle returned: no
+ * cuDevicePrimaryCtxReset (cudaDeviceReset), cuCtxDestroy or last cuDevicePrimaryCtxRelease of
+ * that context while any thread may acquire through it. With the promise, an acquire hit
+ * makes no driver call at all (a stream released with CUPOOL_RELEASE_NOT_CAPTURING, or any
+ * event). Without it (the default) every acquire first asks the driver whether the context is
+ * still the pool's (one cuCtxGetId(ctx), ~14 ns on an H200) and refuses with
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED once it is gone. Breaking the promise hands out handles the
+ * driver destroyed with the context: their next use fails, or crashes the driver.
+ */
+#define CUPOOL_POOL_CONTEXT_OUTLIVES 0x80000000u
+
+/**
  * Returns in *pool the stream pool of context ctx (NULL: the current context) for the given
- * flags and (clamped) priority. Calling it again with equal arguments returns the same pool;
- * pools need no destruction. Prewarms CUPOOL_STREAM_PREWARM streams the first time a class is
+ * flags (CU_STREAM_DEFAULT or CU_STREAM_NON_BLOCKING, optionally with
+ * CUPOOL_POOL_CONTEXT_OUTLIVES) and (clamped) priority. Calling it again with equal arguments
+ * returns the same pool; pools need no destruction. Prewarms CUPOOL_STREAM_PREWARM streams the first time a class is
  * seen. Returns CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE (pool NULL, unknown flags),
  * CUDA_ERROR_INVALID_CONTEXT (ctx NULL and no current context), a driver error (e.g.
  * CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed ctx), an init error, or
@@ -187,19 +203,24 @@ CUPOOL_API CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext
                                            unsigned int flags, int priority);
 
 /**
- * Like cupool_stream_acquire() for this pool, without asking the driver for the current
- * context. A hit on a stream released with CUPOOL_RELEASE_NOT_CAPTURING makes no driver call;
- * other reused streams are checked with cuCtxGetId(pool context) and cuStreamIsCapturing().
- * A miss creates the stream in the pool's context (pushing it current if needed).
- * Returns as cupool_stream_acquire(); CUDA_ERROR_INVALID_VALUE if pool or stream is NULL;
- * CUDA_ERROR_CONTEXT_IS_DESTROYED once the pool's context is known to be reset or destroyed.
+ * Like cupool_stream_acquire() for this pool, whatever context is current. Every acquire first
+ * checks that the pool's context is still the one it was made for (cuCtxGetId(ctx), ~14 ns on
+ * an H200), unless the pool was made with CUPOOL_POOL_CONTEXT_OUTLIVES. A reused stream
+ * released without CUPOOL_RELEASE_NOT_CAPTURING is then checked with cuStreamIsCapturing()
+ * (~17 ns). So a hit costs one driver call (none with the promise) for a vouched stream, two
+ * (one) for another. A miss creates the stream in the pool's context (pushing it current if
+ * needed). Returns as cupool_stream_acquire(); CUDA_ERROR_INVALID_VALUE if pool is not a
+ * stream pool or stream is NULL; CUDA_ERROR_CONTEXT_IS_DESTROYED once the pool's context was
+ * reset or destroyed (even when this is the first cupool call since, and even for a stream
+ * released with CUPOOL_RELEASE_NOT_CAPTURING); a passing error of that check otherwise (the
+ * pool then stays as it was).
  */
 CUPOOL_API CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream);
 
 /** Release flag: the caller vouches that the stream is not in stream capture, so the acquire
- *  that next hands it out skips cuStreamIsCapturing() (~17 ns on an H200) and, for explicit
- *  pools, the context check before it (~14 ns). A stream released with this flag while
- *  capturing corrupts its next owner's work. */
+ *  that next hands it out skips cuStreamIsCapturing() (~17 ns on an H200). A stream released
+ *  with this flag while capturing corrupts its next owner's work. (The context check of an
+ *  explicit pool is governed by CUPOOL_POOL_CONTEXT_OUTLIVES, not by this flag.) */
 #define CUPOOL_RELEASE_NOT_CAPTURING 0x1u
 
 /**
@@ -214,7 +235,8 @@ CUPOOL_API CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstre
 /** Event pool of context ctx (NULL: current) for flags; as cupool_stream_pool_get(). */
 CUPOOL_API CUresult cupool_event_pool_get(cupool_event_pool_t *pool, CUcontext ctx,
                                           unsigned int flags);
-/** Like cupool_event_acquire() for this pool, without a driver call on a hit. */
+/** Like cupool_event_acquire() for this pool: one cuCtxGetId(ctx) on a hit (none with
+ *  CUPOOL_POOL_CONTEXT_OUTLIVES); CUDA_ERROR_CONTEXT_IS_DESTROYED once the context is gone. */
 CUPOOL_API CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event);
 /** Like cupool_event_release(), checking that the event belongs to this pool. */
 CUPOOL_API CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event);

@@ -37,14 +37,19 @@ static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
 static _Atomic(struct cupool__tcache *) tc_list;
 
-static _Atomic(struct cupool__class *) class_list;
-static _Atomic uint32_t class_count;
+/* The class table: index -> class struct (see struct cupool__class). class_lock serialises
+ * creation, reuse and reclamation, and guards free_index; lookups read the table without it,
+ * inside read sections. Lock order: class_lock, then the registry's, then the allocator's;
+ * no other lock of cupool's is held when class_lock is taken, and none is held while a
+ * reclamation waits for readers. */
+static pthread_mutex_t class_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint32_t class_count; /* indexes used so far (the high water) */
 static _Atomic(struct cupool__class *) class_by_index[CUPOOL_MAX_CLASSES];
-
-struct cupool__class *cupool__classes(void)
-{
-    return atomic_load_explicit(&class_list, CUPOOL_ACQUIRE);
-}
+static uint32_t free_index[CUPOOL_MAX_CLASSES]; /* reclaimed indexes, a stack */
+static uint32_t nfree_index;
+static _Atomic uint32_t classes_dead; /* retired and not yet reclaimed (count) */
+_Atomic uint64_t cupool__classes_retired;
+void (*cupool__class_miss_hook)(void);
 
 uint32_t cupool__class_limit(void)
 {
@@ -133,6 +138,7 @@ static void slot_flush(struct cupool__class *cls, struct cupool__slot *s)
 
 static void tcache_flush(struct cupool__tcache *tc)
 {
+    cupool__read_enter(tc);
     uint32_t n = cupool__class_limit();
     for (uint32_t i = 0; i < n; i++) {
         struct cupool__slot *s = slot_of(tc, i);
@@ -140,6 +146,30 @@ static void tcache_flush(struct cupool__tcache *tc)
         if (s && cls)
             slot_flush(cls, s);
     }
+    cupool__read_leave(tc);
+}
+
+/* Moves this thread's cached handles of retired classes to their retire stacks, where trim
+ * or a reclamation forgets them (no driver call): a retired class can be reclaimed only once
+ * no thread caches a handle of it. Only when a class was retired since this thread last
+ * looked (one load otherwise); from the slow paths of acquire and release. */
+static void tcache_sweep_retired(struct cupool__tcache *tc)
+{
+    uint64_t now = atomic_load_explicit(&cupool__classes_retired, CUPOOL_RELAXED);
+    if (CUPOOL_LIKELY(tc->retired_seen == now))
+        return;
+    tc->retired_seen = now;
+    cupool__read_enter(tc);
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        struct cupool__class *cls = cupool__class_at(i);
+        struct cupool__slot *s = cls ? slot_of(tc, i) : NULL;
+        if (s && (s->loaded || s->previous) &&
+            !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) &&
+            atomic_load_explicit(&cls->phase, CUPOOL_RELAXED) != CUPOOL_CLASS_FREE)
+            slot_flush(cls, s);
+    }
+    cupool__read_leave(tc);
 }
 
 /* pthread key destructor: the exiting thread's cached handles go to the depot, without any
@@ -219,11 +249,28 @@ static void live_add(struct cupool__class *cls, int64_t delta)
         ;
 }
 
+/* Retires a class: its context is gone (phase GONE: reclaimable once its handles are
+ * forgotten) or broken by a sticky error (BROKEN: reclaimable once a later check finds the
+ * context gone). */
+static void class_retire(struct cupool__class *cls, int phase)
+{
+    if (!atomic_exchange(&cls->alive, 0))
+        return;
+    atomic_store(&cls->phase, phase);
+    atomic_fetch_add(&classes_dead, 1);
+    atomic_fetch_add(&cupool__classes_retired, 1);
+    cupool__log(CUPOOL_LOG_INFO, "context %llu is %s: its %s pool is retired", cls->ctx_id,
+                phase == CUPOOL_CLASS_BROKEN ? "broken" : "gone", cls->ops->name);
+}
+
 static void class_mark_dead(struct cupool__class *cls)
 {
-    if (atomic_exchange(&cls->alive, 0))
-        cupool__log(CUPOOL_LOG_INFO, "context %llu is gone: its %s pool is retired",
-                    cls->ctx_id, cls->ops->name);
+    class_retire(cls, CUPOOL_CLASS_GONE);
+}
+
+static void class_mark_broken(struct cupool__class *cls)
+{
+    class_retire(cls, CUPOOL_CLASS_BROKEN);
 }
 
 
@@ -363,10 +410,14 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
     }
     if (r != CUDA_ERROR_DEINITIALIZED && error_says_gone(r)) {
         CUresult err = CUDA_SUCCESS;
-        bool confirmed = error_is_sticky(r) ? class_ctx_broken(cls)
-                                            : cupool__ctx_verdict(cls->ctx, cls->ctx_id, &err) == 0;
+        bool sticky = error_is_sticky(r);
+        bool confirmed = sticky ? class_ctx_broken(cls)
+                                : cupool__ctx_verdict(cls->ctx, cls->ctx_id, &err) == 0;
         if (confirmed) {
-            class_mark_dead(cls);
+            if (sticky)
+                class_mark_broken(cls);
+            else
+                class_mark_dead(cls);
             handle_forget(cls, rec);
             return CUDA_SUCCESS;
         }
@@ -384,6 +435,26 @@ static CUresult handle_discard(struct cupool__class *cls, struct cupool__handle 
         return CUDA_SUCCESS;
     handle_forget(cls, rec);
     return CUDA_SUCCESS;
+}
+
+/* Queues one idle handle for destruction by a later trim (its destroy failed now); a stream
+ * goes unchecked, so that it is vetted again should a miss rescue it. Forgotten when there is
+ * no memory for a magazine. */
+static void handle_retire(struct cupool__class *cls, struct cupool__handle *rec)
+{
+    struct cupool__magazine *m = cupool__mag_get();
+    if (!m) {
+        handle_forget(cls, rec);
+        return;
+    }
+    atomic_store_explicit(&rec->state,
+                          cls->ops->kind == CUPOOL_KIND_STREAM ? CUPOOL_H_IDLE_UNCHECKED
+                                                               : CUPOOL_H_IDLE,
+                          CUPOOL_RELAXED);
+    m->items[m->count++] =
+        (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
+    atomic_fetch_add_explicit(&cls->retire_idle, 1, CUPOOL_RELAXED);
+    cupool__stack_push(&cls->retire, m);
 }
 
 /* Destroys up to n handles from the top of a magazine, with one context check for the batch.
@@ -586,33 +657,174 @@ static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
 /* Classes                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
-/* The live class of these parameters. A class retired while its context id still answers (the
- * driver said the context was gone, then it answered again) is replaced, not reused. */
+/* The live class of these parameters, or NULL. A class retired while its context id still
+ * answers (a sticky error; or the driver said the context was gone, then answered again) is
+ * replaced, not reused. Lock-free; the caller is inside a read section (or holds class_lock). */
 static struct cupool__class *class_find(const struct cupool__class_ops *ops,
                                         unsigned long long ctx_id, unsigned int flags,
-                                        int priority, struct cupool__class *stop)
+                                        int priority)
 {
-    for (struct cupool__class *c = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE); c != stop;
-         c = c->next)
-        if (c->ops == ops && c->ctx_id == ctx_id && c->flags == flags &&
-            c->priority == priority && atomic_load_explicit(&c->alive, CUPOOL_RELAXED))
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        struct cupool__class *c = cupool__class_at(i);
+        if (c && atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ops == ops &&
+            c->ctx_id == ctx_id && c->flags == flags && c->priority == priority)
             return c;
+    }
     return NULL;
 }
 
 /* A context pointer seen with a new id means the old context behind that pointer was reset
- * (the primary context keeps its CUcontext across cuDevicePrimaryCtxReset): retire its pools. */
+ * (the primary context keeps its CUcontext across cuDevicePrimaryCtxReset): retire its pools.
+ * Inside a read section. */
 static void classes_retire_reset(CUcontext ctx, unsigned long long ctx_id)
 {
-    for (struct cupool__class *c = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE); c; c = c->next)
-        if (c->ctx == ctx && c->ctx_id != ctx_id)
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        struct cupool__class *c = cupool__class_at(i);
+        if (c && atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ctx == ctx &&
+            c->ctx_id != ctx_id)
             class_mark_dead(c);
+    }
+}
+
+/* Forgets every idle handle in a retired class's depot and retire stack (no driver call: its
+ * context is gone). */
+static void class_forget_idle(struct cupool__class *cls)
+{
+    struct cupool__mag_stack *stacks[2] = {&cls->depot, &cls->retire};
+    _Atomic int64_t *counts[2] = {&cls->depot_idle, &cls->retire_idle};
+    for (int k = 0; k < 2; k++) {
+        struct cupool__magazine *m;
+        while ((m = cupool__stack_pop(stacks[k])) != NULL) {
+            atomic_fetch_sub_explicit(counts[k], m->count, CUPOOL_RELAXED);
+            while (m->count)
+                handle_forget(cls, m->items[--m->count].rec);
+            cupool__mag_put(m);
+        }
+    }
+}
+
+/* Retired classes that make a class creation try a reclamation first (count). */
+#define RECLAIM_AT 16
+
+/* Reclaims retired classes whose context is gone and of which no handle is left: their
+ * indexes (and structs, and every thread's slot at them) serve new classes, so a process
+ * that resets or creates contexts for months never fills the table. The struct's gen moves
+ * on first, then every read section that may still hold the old class is waited for (no lock
+ * held); if that cannot be shown in time the classes wait for the next pass. Returns the
+ * number reclaimed. From trim and from class creation; the caller holds no class it could
+ * reclaim (its own read section, if any, is not waited for). */
+static uint32_t classes_reclaim(void)
+{
+    if (!atomic_load(&classes_dead))
+        return 0;
+    enum { BATCH = 256 };
+    struct cupool__class *cand[BATCH];
+    uint32_t n = 0;
+    pthread_mutex_lock(&class_lock);
+    uint32_t limit = cupool__class_limit();
+    for (uint32_t i = 0; i < limit && n < BATCH; i++) {
+        struct cupool__class *c = cupool__class_at(i);
+        if (!c || atomic_load(&c->alive))
+            continue;
+        int phase = atomic_load(&c->phase);
+        if (phase == CUPOOL_CLASS_BROKEN) {
+            /* broken, not proven gone: its id may still answer, and a thread's class cache
+             * may still match it; reclaimable once the context itself is gone */
+            CUresult err;
+            if (cupool__ctx_verdict(c->ctx, c->ctx_id, &err) != 0)
+                continue;
+            atomic_store(&c->phase, phase = CUPOOL_CLASS_GONE);
+        }
+        if (phase != CUPOOL_CLASS_GONE)
+            continue;
+        class_forget_idle(c);
+        if (atomic_load(&c->live) != 0)
+            continue; /* owned by a caller, or in a thread's magazine: later */
+        atomic_fetch_add(&c->gen, 1); /* pool handles and class-cache entries stop matching */
+        cand[n++] = c;
+    }
+    pthread_mutex_unlock(&class_lock);
+    if (n == 0 || !cupool__synchronize(10000000u))
+        return 0;
+    pthread_mutex_lock(&class_lock);
+    for (uint32_t k = 0; k < n; k++) {
+        atomic_store(&cand[k]->phase, CUPOOL_CLASS_FREE);
+        free_index[nfree_index++] = cand[k]->index;
+        atomic_fetch_sub(&classes_dead, 1);
+    }
+    pthread_mutex_unlock(&class_lock);
+    return n;
+}
+
+/* Sum of every thread's slot counters at index i (what a class taking the index starts
+ * from). */
+static void slot_totals(uint32_t i, uint64_t *acquires, uint64_t *releases)
+{
+    *acquires = *releases = 0;
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+        const struct cupool__slot *s = cupool__slot_peek(tc, i);
+        if (s) {
+            *acquires += atomic_load_explicit(&s->acquires, CUPOOL_RELAXED);
+            *releases += atomic_load_explicit(&s->releases, CUPOOL_RELAXED);
+        }
+    }
+}
+
+/* A class struct for a new class, not findable yet: a reclaimed index's, or a fresh index's.
+ * class_lock held. NULL when every index is in use. */
+static struct cupool__class *class_slot_take(void)
+{
+    struct cupool__class *c;
+    if (nfree_index) {
+        c = cupool__class_at(free_index[--nfree_index]);
+    } else {
+        uint32_t index = atomic_load_explicit(&class_count, CUPOOL_RELAXED);
+        if (index >= CUPOOL_MAX_CLASSES)
+            return NULL;
+        c = cupool__alloc(sizeof(*c));
+        if (!c)
+            return NULL;
+        c->index = index;
+        atomic_store_explicit(&class_by_index[index], c, CUPOOL_RELEASE);
+        atomic_store_explicit(&class_count, index + 1, CUPOOL_RELEASE);
+    }
+    return c;
+}
+
+/* Fills a class struct taken by class_slot_take() and publishes it. class_lock held. */
+static void class_init(struct cupool__class *c, const struct cupool__class_ops *ops,
+                       CUcontext ctx, unsigned long long ctx_id, unsigned int flags,
+                       int priority)
+{
+    bool stream = ops->kind == CUPOOL_KIND_STREAM;
+    c->magic = CUPOOL_CLASS_MAGIC;
+    c->ops = ops;
+    c->flags = flags;
+    c->priority = priority;
+    c->ctx_id = ctx_id;
+    c->ctx = ctx;
+    c->idle_max = stream ? cupool__cfg.stream_idle_max : cupool__cfg.event_idle_max;
+    c->low_water = stream ? cupool__cfg.stream_prewarm : cupool__cfg.event_prewarm;
+    slot_totals(c->index, &c->base_acquires, &c->base_releases);
+    atomic_store_explicit(&c->depot_idle, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->retire_idle, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->creates, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->destroys, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->dropped, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->misses, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->live, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->high_water, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->alive, 1, CUPOOL_RELEASE); /* findable from here on */
 }
 
 /*
  * The class of (ops, context, flags, priority). ctx is the context (NULL: the current one, whose
- * id is ctx_id). Creates and prewarms the class the first time. Thread-safe and lock-free:
- * racing creators publish with a CAS and the loser adopts the winner's class.
+ * id is ctx_id). Creates and prewarms the class the first time. Thread-safe: lookups are
+ * lock-free, creation takes class_lock and looks again under it, so racing creators find one
+ * class and no index is ever lost. The caller is inside a read section.
  */
 static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
                           unsigned long long ctx_id, unsigned int flags, int priority,
@@ -638,52 +850,42 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
         if (r != CUDA_SUCCESS)
             return r;
     }
-    struct cupool__class *head = atomic_load_explicit(&class_list, CUPOOL_ACQUIRE);
-    struct cupool__class *c = class_find(ops, ctx_id, flags, clamped, NULL);
+    struct cupool__class *c = class_find(ops, ctx_id, flags, clamped);
     if (c) {
         *out = c;
         return CUDA_SUCCESS;
     }
-    uint32_t index = atomic_fetch_add_explicit(&class_count, 1, CUPOOL_ACQ_REL);
-    if (index >= CUPOOL_MAX_CLASSES) {
-        atomic_fetch_sub_explicit(&class_count, 1, CUPOOL_ACQ_REL);
-        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "more than %d pool classes",
-                            CUPOOL_MAX_CLASSES);
-    }
-    struct cupool__class *fresh = cupool__alloc(sizeof(*fresh));
-    if (!fresh)
-        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a new %s pool", ops->name);
-    fresh->magic = CUPOOL_CLASS_MAGIC;
-    fresh->index = index;
-    fresh->ops = ops;
-    fresh->flags = flags;
-    fresh->priority = clamped;
-    fresh->ctx_id = ctx_id;
-    fresh->ctx = ctx;
-    bool stream = ops->kind == CUPOOL_KIND_STREAM;
-    fresh->idle_max = stream ? cupool__cfg.stream_idle_max : cupool__cfg.event_idle_max;
-    fresh->low_water = stream ? cupool__cfg.stream_prewarm : cupool__cfg.event_prewarm;
-    atomic_store_explicit(&fresh->alive, 1, CUPOOL_RELAXED);
-    for (;;) {
-        fresh->next = head;
-        if (atomic_compare_exchange_weak_explicit(&class_list, &head, fresh, CUPOOL_RELEASE,
-                                                  CUPOOL_ACQUIRE))
-            break;
-        /* Someone published first: was it this very class? Only the new prefix can hold it. */
-        c = class_find(ops, ctx_id, flags, clamped, fresh->next);
-        if (c) {
-            /* The burnt index stays unused; every slot at that index stays empty. */
-            cupool__free(fresh, sizeof(*fresh));
+    if (CUPOOL_UNLIKELY(cupool__class_miss_hook != NULL))
+        cupool__class_miss_hook(); /* tests: every racing creator gets here before any creates */
+    for (int attempt = 0;; attempt++) {
+        pthread_mutex_lock(&class_lock);
+        c = class_find(ops, ctx_id, flags, clamped);
+        bool fresh = false;
+        if (!c && (c = class_slot_take()) != NULL) {
+            class_init(c, ops, ctx, ctx_id, flags, clamped);
+            fresh = true;
+        }
+        pthread_mutex_unlock(&class_lock);
+        if (c && !fresh) {
             *out = c;
             return CUDA_SUCCESS;
         }
+        if (c) {
+            classes_retire_reset(ctx, ctx_id);
+            if (atomic_load(&classes_dead) >= RECLAIM_AT)
+                classes_reclaim(); /* keeps indexes (and threads' slot chunks) low */
+            if (c->low_water && cupool__state_now() == CUPOOL_ST_RUNNING)
+                prewarm(c, c->low_water, ctx_current);
+            *out = c;
+            return CUDA_SUCCESS;
+        }
+        /* every index in use: reclaim the classes of contexts that are gone, once */
+        if (attempt > 0 || classes_reclaim() == 0)
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY,
+                                "more than %d pool classes (of live contexts) in use, or no "
+                                "memory for a new %s pool",
+                                CUPOOL_MAX_CLASSES, ops->name);
     }
-    atomic_store_explicit(&class_by_index[index], fresh, CUPOOL_RELEASE);
-    classes_retire_reset(ctx, ctx_id);
-    if (fresh->low_water && cupool__state_now() == CUPOOL_ST_RUNNING)
-        prewarm(fresh, fresh->low_water, ctx_current);
-    *out = fresh;
-    return CUDA_SUCCESS;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -698,30 +900,17 @@ static void slot_push_back(struct cupool__slot *s, struct cupool__handle *rec)
 }
 
 /*
- * Checks a pooled stream the previous owner released unchecked, just popped from slot s.
+ * Checks a pooled stream the previous owner released unchecked, just popped from slot s,
+ * of a class whose context is known alive.
  * Returns 0 when it may be handed out; 1 when it was dropped (it was in capture) and another
  * should be tried; -1 with *err when the acquire fails: the context is gone or broken (the
  * stream is forgotten), or a transient driver error (the stream goes back where it was).
  */
 static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
-                      struct cupool__handle *rec, bool ctx_current, CUresult *err)
+                      struct cupool__handle *rec, CUresult *err)
 {
-    if (!ctx_current) {
-        switch (class_ctx_check(cls, err)) {
-        case CTX_GONE:
-            handle_forget(cls, rec);
-            *err = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                                "the context (id %llu) of this stream pool is gone (destroyed, "
-                                "reset, or broken by a sticky error)",
-                                cls->ctx_id);
-            return -1;
-        case CTX_UNKNOWN:
-            slot_push_back(s, rec);
-            return -1;
-        case CTX_ALIVE:
-            break;
-        }
-    }
+    /* the context is alive: the current one, or an explicit pool's just checked (or promised
+     * by its caller) */
     CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r = CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(h, &status));
@@ -733,11 +922,11 @@ static int stream_vet(struct cupool__class *cls, struct cupool__slot *s,
                     (void *)h);
         atomic_fetch_add_explicit(&cls->dropped, 1, CUPOOL_RELAXED);
         if (handle_destroy(cls, rec) != CUDA_SUCCESS)
-            handle_forget(cls, rec);
+            handle_retire(cls, rec); /* destroyed by a later trim; vetted again if rescued */
         return 1;
     }
     if (error_is_sticky(r) && r != CUDA_ERROR_DEINITIALIZED && class_ctx_broken(cls)) {
-        class_mark_dead(cls);
+        class_mark_broken(cls);
         handle_forget(cls, rec);
         *err = cupool__fail(r, "the context (id %llu) of stream %p is broken", cls->ctx_id,
                             (void *)h);
@@ -762,6 +951,7 @@ static CUresult acquire_slow(struct cupool__class *cls, bool ctx_current,
     if (!s)
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for the thread's %s cache",
                             cls->ops->name);
+    tcache_sweep_retired(tc);
     if (cupool__state_now() == CUPOOL_ST_RUNNING) {
         struct cupool__handle *rec = refill(cls, s);
         if (rec) {
@@ -810,7 +1000,7 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
                 continue;
             }
             CUresult err = CUDA_SUCCESS;
-            int v = stream_vet(cls, s, rec, ctx_current, &err);
+            int v = stream_vet(cls, s, rec, &err);
             if (v > 0)
                 continue;
             if (v < 0)
@@ -830,13 +1020,13 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
 __attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__class *cls,
                                                                 struct cupool__slot *s,
                                                                 struct cupool__handle *rec,
-                                                                void **out)
+                                                                bool ctx_current, void **out)
 {
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
     if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(h, &cs)) != CUDA_SUCCESS ||
         cs != CU_STREAM_CAPTURE_STATUS_NONE)
-        return acquire_general(cls, true, out); /* pops it again and disposes of it */
+        return acquire_general(cls, ctx_current, out); /* pops it again, disposes of it */
     s->count--;
     atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
     cupool__counter_inc(&s->acquires);
@@ -871,8 +1061,8 @@ acquire_from_slot(struct cupool__class *cls, uint32_t index, bool ctx_current, v
                 *out = it.handle;
                 return CUDA_SUCCESS;
             }
-            if (st == CUPOOL_H_IDLE_UNCHECKED && ctx_current)
-                return acquire_unchecked_top(cls, s, rec, out);
+            if (st == CUPOOL_H_IDLE_UNCHECKED)
+                return acquire_unchecked_top(cls, s, rec, ctx_current, out);
         }
     }
     return acquire_general(cls, ctx_current, out);
@@ -943,6 +1133,8 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
     struct cupool__tcache *tc = cupool__tcache_self();
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
     bool retired = false;
+    if (tc)
+        tcache_sweep_retired(tc);
     if (s && s->loaded && s->count == cupool__mag_capacity) {
         struct cupool__magazine *p = s->previous;
         if (p && p->count == 0) {
@@ -1105,6 +1297,40 @@ bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresul
     return true;
 }
 
+static inline struct cupool__cc_entry *cc_entry(struct cupool__tcache *tc, cupool_kind_t kind,
+                                                unsigned long long id, uint64_t key)
+{
+    return &tc->cc[kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+}
+
+/* The current-context acquire past a class-cache hit: the class lookup (creating it the first
+ * time) and the cache entry, inside a read section. */
+__attribute__((noinline)) static CUresult acquire_current_slow(const struct cupool__class_ops *ops,
+                                                               unsigned long long id,
+                                                               unsigned int flags, int priority,
+                                                               void **out)
+{
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
+    struct cupool__class *cls = NULL;
+    CUresult r = class_get(ops, NULL, id, flags, priority, &cls);
+    if (r == CUDA_SUCCESS) {
+        struct cupool__tcache *tc = cupool__tcache_self();
+        if (tc) {
+            uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
+            struct cupool__cc_entry *e = cc_entry(tc, ops->kind, id, key);
+            e->ctx_id = id;
+            e->key = key;
+            e->cls = cls;
+            e->gen = atomic_load_explicit(&cls->gen, CUPOOL_RELAXED);
+            e->index = cls->index;
+        }
+        r = acquire_from(cls, true, out);
+    }
+    cupool__read_leave(rtc);
+    return r;
+}
+
 /* Current-context acquire: the context's id picks the class through the thread's cache. */
 __attribute__((always_inline)) static inline CUresult
 acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int priority, void **out)
@@ -1126,30 +1352,24 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
     uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL)) {
-        struct cupool__cc_entry *e =
-            &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+        struct cupool__cc_entry *e = cc_entry(tc, ops->kind, id, key);
         if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && e->cls != NULL)) {
-            r = acquire_from_slot(e->cls, e->index, true, out);
-            if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
-                return r;
-            /* The cached class was retired, yet the current context answers with its id:
-             * the retirement was a driver's passing error. Look the class up afresh. */
+            cupool__read_enter(tc);
+            /* the struct may have been reclaimed and reused for another class since */
+            if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {
+                r = acquire_from_slot(e->cls, e->index, true, out);
+                cupool__read_leave(tc);
+                if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
+                    return r;
+            } else {
+                cupool__read_leave(tc);
+            }
+            /* The cached class was retired (or reused), yet the current context answers with
+             * its id: look the class up afresh. */
             e->cls = NULL;
         }
     }
-    struct cupool__class *cls = NULL;
-    r = class_get(ops, NULL, id, flags, priority, &cls);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if ((tc = cupool__tcache_self()) != NULL) {
-        struct cupool__cc_entry *e =
-            &tc->cc[ops->kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
-        e->ctx_id = id;
-        e->key = key;
-        e->cls = cls;
-        e->index = cls->index;
-    }
-    return acquire_from(cls, true, out);
+    return acquire_current_slow(ops, id, flags, priority, out);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1201,17 +1421,69 @@ CUresult cupool_event_release(CUevent event)
     return release_handle(&cupool__event_ops, NULL, event, CUPOOL_H_IDLE);
 }
 
-/* An explicit pool is its class. */
-static struct cupool__class *pool_class(const void *pool, const struct cupool__class_ops *ops)
+/* ---- explicit pools ----
+ * A pool handle names a class by index and generation, not by address: a class is reused once
+ * its context is gone and nothing of it is left (classes_reclaim), and a handle of the old
+ * class must then be refused, never serve the new one. Bits 0-3: a tag per kind; bit 4: the
+ * caller's promise that the context outlives the pool's use (CUPOOL_POOL_CONTEXT_OUTLIVES);
+ * bits 5-18: the index; bits 19-63: the class's gen. Never NULL. */
+#define POOL_TAG_STREAM 0x5u
+#define POOL_TAG_EVENT 0x9u
+#define POOL_PROMISED 0x10u
+#define POOL_INDEX_SHIFT 5
+#define POOL_GEN_SHIFT 19
+_Static_assert(CUPOOL_MAX_CLASSES <= 1u << (POOL_GEN_SHIFT - POOL_INDEX_SHIFT),
+               "pool handles hold every class index");
+
+static inline uintptr_t pool_tag(const struct cupool__class_ops *ops)
 {
-    const struct cupool__class *cls = pool;
-    if (!cls || cls->magic != CUPOOL_CLASS_MAGIC || cls->ops != ops)
+    return ops->kind == CUPOOL_KIND_STREAM ? POOL_TAG_STREAM : POOL_TAG_EVENT;
+}
+
+static uintptr_t pool_handle(const struct cupool__class *cls, bool promised)
+{
+    uint64_t gen = atomic_load_explicit(&cls->gen, CUPOOL_RELAXED);
+    return (uintptr_t)(gen << POOL_GEN_SHIFT) | (uintptr_t)cls->index << POOL_INDEX_SHIFT |
+           (promised ? POOL_PROMISED : 0) | pool_tag(cls->ops);
+}
+
+/* The class a pool handle names, or NULL with *why: CUDA_ERROR_INVALID_VALUE (not a pool of
+ * this kind) or CUDA_ERROR_CONTEXT_IS_DESTROYED (its class was reclaimed: the context is
+ * gone). Inside a read section. */
+static inline struct cupool__class *pool_class(const void *pool, const struct cupool__class_ops *ops,
+                                               bool *promised, CUresult *why)
+{
+    uintptr_t v = (uintptr_t)pool;
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    *why = CUDA_ERROR_INVALID_VALUE;
+    if (CUPOOL_UNLIKELY((v & 0xfu) != pool_tag(ops) || index >= cupool__class_limit()))
         return NULL;
-    return (struct cupool__class *)cls;
+    struct cupool__class *cls = cupool__class_at(index);
+    if (CUPOOL_UNLIKELY(!cls))
+        return NULL;
+    uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
+    uint64_t now = atomic_load_explicit(&cls->gen, CUPOOL_RELAXED) &
+                   (UINT64_MAX >> POOL_GEN_SHIFT);
+    if (CUPOOL_UNLIKELY(gen != now || cls->ops != ops)) {
+        if (gen < now)
+            *why = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+        return NULL;
+    }
+    *promised = (v & POOL_PROMISED) != 0;
+    return cls;
+}
+
+static CUresult pool_refused(const struct cupool__class_ops *ops, const char *what, CUresult why)
+{
+    if (why == CUDA_ERROR_CONTEXT_IS_DESTROYED)
+        return cupool__fail(why, "%s: the %s pool's context is gone (destroyed or reset); get "
+                                 "a pool of the new context",
+                            what, ops->name);
+    return cupool__fail(why, "%s: not a %s pool", what, ops->name);
 }
 
 static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, unsigned int flags,
-                         int priority, struct cupool__class **out)
+                         int priority, uintptr_t *out)
 {
     CUresult r = cupool__enter();
     if (r != CUDA_SUCCESS)
@@ -1221,46 +1493,96 @@ static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, uns
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, ctx ? "cuCtxGetId(%p) failed" : "no usable current context (%p)",
                             (void *)ctx);
-    return class_get(ops, ctx, id, flags, priority, out);
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
+    struct cupool__class *cls = NULL;
+    r = class_get(ops, ctx, id, flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES, priority, &cls);
+    if (r == CUDA_SUCCESS)
+        *out = pool_handle(cls, (flags & CUPOOL_POOL_CONTEXT_OUTLIVES) != 0);
+    cupool__read_leave(rtc);
+    return r;
 }
 
 CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext ctx, unsigned int flags,
                                 int priority)
 {
-    if (!pool || (flags & ~STREAM_FLAGS_KNOWN))
+    if (!pool || (flags & ~(STREAM_FLAGS_KNOWN | CUPOOL_POOL_CONTEXT_OUTLIVES)))
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             !pool ? "cupool_stream_pool_get: pool is NULL"
                                   : "cupool_stream_pool_get: unknown flags 0x%x",
                             flags);
-    struct cupool__class *cls;
-    CUresult r = pool_get(&cupool__stream_ops, ctx, flags, priority, &cls);
+    uintptr_t h = 0;
+    CUresult r = pool_get(&cupool__stream_ops, ctx, flags, priority, &h);
     if (r == CUDA_SUCCESS)
-        *pool = (cupool_stream_pool_t)cls;
+        *pool = (cupool_stream_pool_t)h;
     return r;
 }
 
 CUresult cupool_event_pool_get(cupool_event_pool_t *pool, CUcontext ctx, unsigned int flags)
 {
-    if (!pool || !event_flags_valid(flags))
+    if (!pool || !event_flags_valid(flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES))
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             !pool ? "cupool_event_pool_get: pool is NULL"
                                   : "cupool_event_pool_get: invalid flags 0x%x",
                             flags);
-    struct cupool__class *cls;
-    CUresult r = pool_get(&cupool__event_ops, ctx, flags, 0, &cls);
+    uintptr_t h = 0;
+    CUresult r = pool_get(&cupool__event_ops, ctx, flags, 0, &h);
     if (r == CUDA_SUCCESS)
-        *pool = (cupool_event_pool_t)cls;
+        *pool = (cupool_event_pool_t)h;
     return r;
+}
+
+/* An explicit pool's context check that failed: the lifecycle state's error, the context
+ * gone (retired: CUDA_ERROR_CONTEXT_IS_DESTROYED), alive after all (CUDA_SUCCESS: the driver
+ * did not repeat its verdict), or the driver's passing error. */
+__attribute__((noinline)) static CUresult pool_ctx_refused(struct cupool__class *cls)
+{
+    if (!cupool__driver_callable())
+        return cupool__enter();
+    CUresult err = CUDA_SUCCESS;
+    switch (class_ctx_check(cls, &err)) {
+    case CTX_ALIVE:
+        return CUDA_SUCCESS;
+    case CTX_GONE:
+        return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                            "the context (id %llu) of this %s pool is gone (destroyed, reset, or "
+                            "broken by a sticky error)",
+                            cls->ctx_id, cls->ops->name);
+    default:
+        return err;
+    }
+}
+
+/* Is the explicit pool's context alive? One cuCtxGetId(ctx) (~14 ns on an H200): nothing else
+ * tells an explicit pool that its context was reset, and the driver crashes on a handle of a
+ * reset context. */
+static inline CUresult pool_ctx_check(struct cupool__class *cls)
+{
+    unsigned long long id = 0;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
+    if (CUPOOL_LIKELY(r == CUDA_SUCCESS && id == cls->ctx_id))
+        return CUDA_SUCCESS;
+    return pool_ctx_refused(cls);
 }
 
 static inline CUresult pool_acquire(const void *pool, const struct cupool__class_ops *ops,
                                     void **out)
 {
-    struct cupool__class *cls = pool_class(pool, ops);
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
+    bool promised = false;
+    CUresult why, r;
+    struct cupool__class *cls = pool_class(pool, ops, &promised, &why);
     if (CUPOOL_UNLIKELY(!cls || !out))
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s pool acquire: %s", ops->name,
-                            !out ? "output pointer is NULL" : "not a pool of this kind");
-    return acquire_from(cls, false, out);
+        r = !out ? cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s pool acquire: output pointer is NULL",
+                                ops->name)
+                 : pool_refused(ops, "acquire", why);
+    else if (!promised && (r = pool_ctx_check(cls)) != CUDA_SUCCESS)
+        ;
+    else
+        r = acquire_from(cls, false, out);
+    cupool__read_leave(rtc);
+    return r;
 }
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
@@ -1273,27 +1595,41 @@ CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event)
     return pool_acquire(pool, &cupool__event_ops, (void **)event);
 }
 
+/* A release through an explicit pool. The handle's record pins its class (a class with a
+ * handle out is never reclaimed), so no read section is needed past the pool's decoding. */
+static inline CUresult pool_release(const void *pool, const struct cupool__class_ops *ops,
+                                    void *h, uint32_t idle_state)
+{
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
+    bool promised;
+    CUresult why;
+    struct cupool__class *cls = pool_class(pool, ops, &promised, &why);
+    cupool__read_leave(rtc);
+    if (CUPOOL_UNLIKELY(!cls))
+        return why == CUDA_ERROR_CONTEXT_IS_DESTROYED
+                   ? cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                                  "%s %p: its pool's context is gone, so it is not that pool's",
+                                  ops->name, h)
+                   : pool_refused(ops, "release", why);
+    return release_handle(ops, cls, h, idle_state);
+}
+
 CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,
                                     unsigned int release_flags)
 {
-    struct cupool__class *cls = pool_class(pool, &cupool__stream_ops);
-    if (CUPOOL_UNLIKELY(!cls || (release_flags & ~CUPOOL_RELEASE_NOT_CAPTURING)))
+    if (CUPOOL_UNLIKELY(release_flags & ~CUPOOL_RELEASE_NOT_CAPTURING))
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            !cls ? "cupool_stream_pool_release: not a stream pool"
-                                 : "cupool_stream_pool_release: unknown release flags 0x%x",
+                            "cupool_stream_pool_release: unknown release flags 0x%x",
                             release_flags);
-    return release_handle(&cupool__stream_ops, cls, stream,
-                          (release_flags & CUPOOL_RELEASE_NOT_CAPTURING)
-                              ? CUPOOL_H_IDLE
-                              : CUPOOL_H_IDLE_UNCHECKED);
+    return pool_release(pool, &cupool__stream_ops, stream,
+                        (release_flags & CUPOOL_RELEASE_NOT_CAPTURING) ? CUPOOL_H_IDLE
+                                                                        : CUPOOL_H_IDLE_UNCHECKED);
 }
 
 CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
 {
-    struct cupool__class *cls = pool_class(pool, &cupool__event_ops);
-    if (CUPOOL_UNLIKELY(!cls))
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_event_pool_release: not an event pool");
-    return release_handle(&cupool__event_ops, cls, event, CUPOOL_H_IDLE);
+    return pool_release(pool, &cupool__event_ops, event, CUPOOL_H_IDLE);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1406,10 +1742,16 @@ void cupool__pool_close(bool all_threads)
     } else if (cupool__tl) {
         tcache_flush(cupool__tl);
     }
-    for (struct cupool__class *c = cupool__classes(); c; c = c->next) {
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
         /* handles over the cap went to the retire stack: the whole depot goes either way */
-        close_class(c);
+        struct cupool__class *c = cupool__class_at(i);
+        if (c && atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE) != CUPOOL_CLASS_FREE)
+            close_class(c);
     }
+    cupool__read_leave(rtc);
     cupool__graph_cache_close(all_threads);
 }
 
@@ -1422,11 +1764,19 @@ CUresult cupool_trim(void)
     if (tc)
         tcache_flush(tc);
     CUresult first = CUDA_SUCCESS;
-    for (struct cupool__class *c = cupool__classes(); c; c = c->next) {
-        r = trim_class(c);
-        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-            first = r;
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        /* one read section per class: a reclamation elsewhere waits for at most one */
+        cupool__read_enter(tc);
+        struct cupool__class *c = cupool__class_at(i);
+        if (c && atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE) != CUPOOL_CLASS_FREE) {
+            r = trim_class(c);
+            if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+                first = r;
+        }
+        cupool__read_leave(tc);
     }
+    classes_reclaim();
     cupool__graph_cache_trim();
     return first;
 }

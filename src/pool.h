@@ -28,10 +28,35 @@ extern const struct cupool__class_ops cupool__stream_ops, cupool__event_ops;
  * done, for a handle the registry does not know. The drop-in destroys' single lookup. */
 bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresult *result);
 
+/* Why a class was retired. */
+enum cupool__class_phase {
+    CUPOOL_CLASS_LIVE = 0,
+    CUPOOL_CLASS_GONE,   /* its context is proven gone: reclaimable once no handle is left */
+    CUPOOL_CLASS_BROKEN, /* its context answers but is broken by a sticky error */
+    CUPOOL_CLASS_FREE    /* reclaimed: its index waits on the free list for a new class */
+};
+
+/*
+ * A class. Its struct is bound to its index for the life of the library (allocated on the
+ * index's first use, never freed before unload), and reused for a new class once the old one
+ * is reclaimed: a class whose context is gone and which has no handle left anywhere (live is
+ * 0: none owned, none in any magazine). Reuse moves `gen` on, so an explicit pool handle or a
+ * thread's class-cache entry naming the old class no longer matches.
+ *
+ * Synchronisation. The key fields (ops .. low_water) are written only while the class is not
+ * findable (phase FREE or a fresh index, alive 0), under class_lock, and published by the
+ * release store of alive = 1; readers that load alive == 1 (acquire) see them whole. Code
+ * that reaches a class through the table, a pool handle or a class-cache entry holds it
+ * inside a read section (cupool__read_enter), and reclamation waits for those to end
+ * (cupool__synchronize) before the struct is reused; a handle's record pins its class (live
+ * > 0 forbids reclamation). The depot and retire stacks are lock-free (magazine.h); the
+ * counters atomic.
+ */
 struct cupool__class {
-    /* read-only after creation */
+    /* identity: written under class_lock while the class is not findable */
     uint32_t magic;
-    uint32_t index; /* slot index in every thread cache */
+    uint32_t index; /* slot index in every thread cache; fixed for the struct */
+    _Atomic uint64_t gen; /* moves on at each reuse of the struct */
     const struct cupool__class_ops *ops;
     unsigned int flags;
     int priority; /* clamped; 0 for events */
@@ -39,8 +64,10 @@ struct cupool__class {
     CUcontext ctx;
     uint32_t idle_max;  /* depot cap (count) */
     uint32_t low_water; /* what cupool_trim() leaves in the depot (count) */
-    struct cupool__class *next; /* global list, newest first */
-    _Atomic int alive;          /* 0 once the context is known destroyed or reset */
+    _Atomic int alive;  /* 1 while live; 0 once retired (phase says why) */
+    _Atomic int phase;  /* enum cupool__class_phase */
+    /* the per-thread slot counters of this index when the class took it (reuse) */
+    uint64_t base_acquires, base_releases;
 
     /* the depot: shared, lock-free */
     alignas(CUPOOL_CACHELINE) struct cupool__mag_stack depot;
@@ -80,11 +107,13 @@ struct cupool__slot {
 #define CUPOOL_MAX_CLASSES (CUPOOL_SLOTS_PER_CHUNK * CUPOOL_MAX_SLOT_CHUNKS)
 #define CUPOOL_CC_SIZE 4
 
-/* Per-thread class cache entry for the current-context API. */
+/* Per-thread class cache entry for the current-context API. Matches only while the class's
+ * gen is still `gen` (the struct may have been reused for another class since). */
 struct cupool__cc_entry {
     unsigned long long ctx_id;
     uint64_t key; /* flags << 32 | (uint32_t)requested priority */
     struct cupool__class *cls;
+    uint64_t gen;
     uint32_t index; /* cls->index, one load less on the fast path */
 };
 
@@ -109,6 +138,9 @@ struct cupool__tcache {
     struct cupool__handle *last;
     struct cupool__tcache *next;
     _Atomic int active;
+    /* cupool__classes_retired when this thread last moved the handles of retired classes
+     * out of its magazines (so that those classes can be reclaimed) */
+    uint64_t retired_seen;
     /* Driver calls this thread has in flight (cupool__drv_begin): written by its thread with a
      * plain store, read by cupool__pool_quiesce() at exit and unload. */
     _Atomic uint32_t in_driver;
@@ -304,9 +336,15 @@ void cupool__pool_init(void);
 /* When the library is unloaded: removes the thread-exit key. */
 void cupool__pool_unload(void);
 
-/* Global class list (newest first) and thread cache list, for statistics. */
-struct cupool__class *cupool__classes(void);
-/* Classes by index: indexes below cupool__class_limit(); NULL for an index never used. */
+/* Test hook, NULL outside tests: called when a class lookup missed, before the class is
+ * created, to widen the window in which racing creators meet. */
+extern void (*cupool__class_miss_hook)(void);
+
+/* Classes retired so far (count); threads compare it with their retired_seen. */
+extern _Atomic uint64_t cupool__classes_retired;
+
+/* Classes by index: indexes below cupool__class_limit(); NULL for an index never used, and
+ * phase CUPOOL_CLASS_FREE for one reclaimed. Read inside a read section. */
 uint32_t cupool__class_limit(void);
 struct cupool__class *cupool__class_at(uint32_t index);
 struct cupool__tcache *cupool__tcaches(void);

@@ -25,6 +25,9 @@ static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out
         acquires += atomic_load_explicit(&s->acquires, CUPOOL_RELAXED);
         releases += atomic_load_explicit(&s->releases, CUPOOL_RELAXED);
     }
+    /* the index's slots may have served classes before this one */
+    acquires = acquires > c->base_acquires ? acquires - c->base_acquires : 0;
+    releases = releases > c->base_releases ? releases - c->base_releases : 0;
     uint64_t misses = atomic_load_explicit(&c->misses, CUPOOL_RELAXED);
     int64_t live = atomic_load_explicit(&c->live, CUPOOL_RELAXED);
     uint64_t in_use = acquires > releases ? acquires - releases : 0;
@@ -44,6 +47,15 @@ static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out
     out->high_water = atomic_load_explicit(&c->high_water, CUPOOL_RELAXED);
 }
 
+/* A class the statistics list: live, or retired and not reclaimed yet (a fresh index's
+ * struct being filled, and a reclaimed one, are not). */
+static bool class_listed(const struct cupool__class *c)
+{
+    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
+    return phase != CUPOOL_CLASS_FREE &&
+           (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) || phase != CUPOOL_CLASS_LIVE);
+}
+
 CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count)
 {
     if (cupool__forked())
@@ -51,15 +63,18 @@ CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *
     if (!count || (!stats && capacity))
         return CUDA_ERROR_INVALID_VALUE;
     size_t n = 0;
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
     uint32_t limit = cupool__class_limit();
     for (uint32_t i = 0; i < limit; i++) {
         const struct cupool__class *c = cupool__class_at(i);
-        if (!c)
+        if (!c || !class_listed(c))
             continue;
         if (n < capacity)
             class_stats(c, &stats[n]);
         n++;
     }
+    cupool__read_leave(rtc);
     *count = n;
     return CUDA_SUCCESS;
 }
@@ -79,10 +94,12 @@ CUresult cupool_stats_print(FILE *out)
             "flags", "prio", "alive", "acquires", "hits", "creates", "destroys", "dropped",
             "idle", "in_use", "high");
     size_t n = 0;
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(rtc);
     uint32_t limit = cupool__class_limit();
     for (uint32_t i = 0; i < limit; i++) {
         const struct cupool__class *c = cupool__class_at(i);
-        if (!c)
+        if (!c || !class_listed(c))
             continue;
         cupool_class_stats_t s;
         class_stats(c, &s);
@@ -94,6 +111,7 @@ CUresult cupool_stats_print(FILE *out)
                 s.priority, s.context_alive ? "yes" : "no", s.acquires, s.hits, s.creates,
                 s.destroys, s.dropped, s.idle, s.in_use, s.high_water);
     }
+    cupool__read_leave(rtc);
     if (n == 0)
         fprintf(out, "(no pools used)\n");
     cupool_graph_stats_t g;

@@ -226,15 +226,29 @@ START_TEST(stream_released_in_capture_is_never_reused)
 }
 END_TEST
 
+/* Driver calls of an explicit pool's hit: the context check (cuCtxGetId(ctx)) unless the pool
+ * was made with the promise CUPOOL_POOL_CONTEXT_OUTLIVES, and the capture check unless the
+ * stream was released vouched. */
 START_TEST(stream_vouched_release_skips_check)
 {
-    cupool_stream_pool_t pool;
+    cupool_stream_pool_t pool, promised;
     TU_OK(cupool_stream_pool_get(&pool, NULL, 0, 0));
+    TU_OK(cupool_stream_pool_get(&promised, NULL, CUPOOL_POOL_CONTEXT_OUTLIVES, 0));
+    ck_assert_ptr_ne(pool, promised); /* two handles, one class */
+    ck_assert_uint_eq(tu_class_count(), 1);
     CUstream s, t;
     TU_OK(cupool_stream_pool_acquire(pool, &s));
     TU_OK(cupool_stream_pool_release(pool, s, CUPOOL_RELEASE_NOT_CAPTURING));
     unsigned long before = tu_fake.present ? tu_fake.calls_total() : 0;
     TU_OK(cupool_stream_pool_acquire(pool, &t));
+    ck_assert_ptr_eq(s, t);
+    if (tu_fake.present) { /* the context check only */
+        ck_assert_uint_eq(tu_fake.calls_total() - before, 1);
+        ck_assert_uint_eq(tu_fake.calls("cuStreamIsCapturing"), 0);
+    }
+    TU_OK(cupool_stream_pool_release(promised, t, CUPOOL_RELEASE_NOT_CAPTURING));
+    before = tu_fake.present ? tu_fake.calls_total() : 0;
+    TU_OK(cupool_stream_pool_acquire(promised, &t));
     ck_assert_ptr_eq(s, t);
     if (tu_fake.present)
         ck_assert_uint_eq(tu_fake.calls_total(), before); /* no driver call at all */
@@ -246,6 +260,10 @@ START_TEST(stream_vouched_release_skips_check)
         ck_assert_uint_eq(tu_fake.calls_total() - before, 2);
         ck_assert_uint_eq(tu_fake.calls("cuStreamIsCapturing"), 1);
         TU_OK(cupool_stream_pool_release(pool, t, 0));
+        before = tu_fake.calls_total();
+        TU_OK(cupool_stream_pool_acquire(promised, &t));
+        ck_assert_uint_eq(tu_fake.calls_total() - before, 1); /* cuStreamIsCapturing */
+        TU_OK(cupool_stream_pool_release(promised, t, 0));
     }
 }
 END_TEST
@@ -587,7 +605,6 @@ START_TEST(context_reset_old_handles_harmless)
     TU_OK(tu.cuMemcpyDtoH(&v, p, 4));
     ck_assert_uint_eq(v, 6);
     TU_OK(cupool_stream_release(fresh));
-    TU_OK(cupool_trim()); /* must not touch the old context's idle stream either */
     cupool_class_stats_t st[8];
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 8, &n));
@@ -595,6 +612,11 @@ START_TEST(context_reset_old_handles_harmless)
     for (size_t i = 0; i < n; i++)
         dead += !st[i].context_alive;
     ck_assert_int_eq(dead, 2); /* the old stream and event classes */
+    TU_OK(cupool_trim()); /* must not touch the old context's idle stream either */
+    /* nothing of the old context is left: trim reclaimed its classes */
+    TU_OK(cupool_stats_get(st, 8, &n));
+    ck_assert_uint_eq(n, 1);
+    ck_assert_int_eq(st[0].context_alive, 1);
 }
 END_TEST
 

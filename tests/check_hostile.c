@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "pool.h" /* cupool__class_limit(): class indexes in use */
 
 /* Iterations scaled down by CUPOOLTEST_STRESS_ITERS (the sanitizer runs set it). */
 static long scaled(long full)
@@ -370,6 +371,172 @@ START_TEST(passing_errors_never_retire_a_live_class)
 }
 END_TEST
 
+/* ---- explicit pools after a context reset --------------------------------------------- */
+
+/* cuDevicePrimaryCtxReset followed directly by explicit pools, no other cupool call between:
+ * both refuse with CUDA_ERROR_CONTEXT_IS_DESTROYED (a vouched stream and an event included),
+ * never hand out a handle the reset destroyed; pools of the new context work, and the old
+ * handles keep refusing after trim has reclaimed their classes. */
+START_TEST(explicit_pools_refuse_right_after_reset)
+{
+    tu_setup();
+    cupool_event_pool_t ep;
+    cupool_stream_pool_t sp;
+    CUevent e, x = NULL;
+    CUstream s, y = NULL;
+    TU_OK(cupool_event_pool_get(&ep, NULL, CU_EVENT_DISABLE_TIMING));
+    TU_OK(cupool_stream_pool_get(&sp, NULL, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(cupool_event_pool_acquire(ep, &e));
+    TU_OK(cupool_event_pool_release(ep, e));
+    TU_OK(cupool_stream_pool_acquire(sp, &s));
+    TU_OK(cupool_stream_pool_release(sp, s, CUPOOL_RELEASE_NOT_CAPTURING));
+    TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+    TU_EQ(cupool_event_pool_acquire(ep, &x), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    TU_EQ(cupool_stream_pool_acquire(sp, &y), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    ck_assert_ptr_null(x);
+    ck_assert_ptr_null(y);
+    TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+    TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    TU_EQ(cupool_event_pool_acquire(ep, &x), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    cupool_event_pool_t ep2;
+    TU_OK(cupool_event_pool_get(&ep2, NULL, CU_EVENT_DISABLE_TIMING));
+    ck_assert_ptr_ne(ep, ep2);
+    TU_OK(cupool_event_pool_acquire(ep2, &x));
+    TU_OK(tu.cuEventRecord(x, NULL));
+    TU_OK(tu.cuEventSynchronize(x));
+    TU_OK(cupool_trim()); /* the old classes are reclaimed: nothing of them is left */
+    TU_EQ(cupool_event_pool_acquire(ep, &e), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    TU_EQ(cupool_stream_pool_acquire(sp, &y), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    TU_EQ(cupool_event_pool_release(ep, x), CUDA_ERROR_INVALID_HANDLE); /* not that pool's */
+    TU_OK(cupool_event_pool_release(ep2, x));
+}
+END_TEST
+
+/* ---- the class table: creation races, context churn ------------------------------------ */
+
+#define RACE_THREADS 16
+#define RACE_CTXS 32
+#define RACE_EVENT_FLAGS 6
+#define RACE_KEYS (RACE_CTXS * (12 + RACE_EVENT_FLAGS))
+static CUcontext race_ctx[RACE_CTXS];
+static pthread_barrier_t race_barrier;
+static _Atomic int race_errors;
+
+/* Every thread asks for the same classes in the same order, all starting at once, so that
+ * they meet on each: per context, 2 stream flags x 6 priorities and 6 event flag sets. */
+static void *race_thread(void *arg)
+{
+    (void)arg;
+    static const unsigned ev[RACE_EVENT_FLAGS] = {
+        0, CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING,
+        CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING,
+        CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING,
+        CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC};
+    pthread_barrier_wait(&race_barrier);
+    for (unsigned key = 0; key < RACE_KEYS; key++) {
+        CUcontext c = race_ctx[key % RACE_CTXS];
+        unsigned k = key / RACE_CTXS;
+        CUresult r;
+        if (k < 12) {
+            cupool_stream_pool_t p;
+            r = cupool_stream_pool_get(&p, c, k % 2 ? CU_STREAM_NON_BLOCKING : 0, -(int)(k / 2));
+        } else {
+            cupool_event_pool_t p;
+            r = cupool_event_pool_get(&p, c, ev[k - 12]);
+        }
+        if (r != CUDA_SUCCESS)
+            atomic_fetch_add(&race_errors, 1);
+    }
+    return NULL;
+}
+
+static void race_widen(void)
+{
+    struct timespec ts = {0, 2000000}; /* every creator misses before any creates */
+    nanosleep(&ts, NULL);
+}
+
+/* Racing creators of one class find one class, and no index is lost: the indexes in use are
+ * exactly the classes there are. (A hook holds each creator 2 ms between its lookup's miss and
+ * the creation, so they do meet there, even on two CPUs.) */
+START_TEST(class_creation_races_lose_no_index)
+{
+    tu_setup();
+    cupool__class_miss_hook = race_widen;
+    for (int i = 0; i < RACE_CTXS; i++) {
+        TU_OK(tu.cuCtxCreate(&race_ctx[i], 0, tu_dev));
+        CUcontext popped;
+        TU_OK(tu.cuCtxPopCurrent(&popped));
+    }
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    pthread_barrier_init(&race_barrier, NULL, RACE_THREADS);
+    pthread_t t[RACE_THREADS];
+    for (unsigned i = 0; i < RACE_THREADS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, race_thread, (void *)(uintptr_t)i), 0);
+    for (unsigned i = 0; i < RACE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_eq(atomic_load(&race_errors), 0);
+    printf("class races: %zu classes, %u indexes in use\n", tu_class_count(),
+           cupool__class_limit());
+    ck_assert_uint_eq(tu_class_count(), RACE_KEYS);
+    ck_assert_uint_eq(cupool__class_limit(), RACE_KEYS);
+    for (int i = 0; i < RACE_CTXS; i++)
+        TU_OK(tu.cuCtxDestroy(race_ctx[i]));
+}
+END_TEST
+
+/* A context reset thousands of times (more than the class table holds classes, three per
+ * context): the classes of every gone context are reclaimed, so acquires never fail for want
+ * of a class, the indexes in use stay few, and metadata stays flat. A pool handle of the first
+ * context keeps refusing, and never serves the classes that reused its index. */
+START_TEST(context_churn_reclaims_classes)
+{
+    tu_setup();
+    long rounds = tu_fake.present ? scaled(9000) : 40;
+    cupool_event_pool_t first = NULL;
+    size_t early = 0;
+    uint32_t max_limit = 0;
+    for (long i = 0; i < rounds; i++) {
+        CUstream s;
+        CUevent e, pe;
+        cupool_event_pool_t ep;
+        TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+        TU_OK(cupool_event_acquire(&e, 0));
+        TU_OK(cupool_event_pool_get(&ep, NULL, CU_EVENT_DISABLE_TIMING));
+        TU_OK(cupool_event_pool_acquire(ep, &pe));
+        TU_OK(tu.cuEventRecord(pe, s));
+        TU_OK(cupool_event_pool_release(ep, pe));
+        TU_OK(cupool_event_release(e));
+        if (i % 2)
+            TU_OK(cupool_stream_release(s)); /* the other half are released after the reset */
+        if (!first)
+            first = ep;
+        TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+        TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+        TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+        if (i % 2 == 0)
+            TU_OK(cupool_stream_release(s));
+        uint32_t limit = cupool__class_limit();
+        max_limit = limit > max_limit ? limit : max_limit;
+        if (i == 200 || (i == rounds - 1 && !early))
+            early = cupool_metadata_bytes();
+    }
+    CUevent x = NULL;
+    TU_EQ(cupool_event_pool_acquire(first, &x), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    ck_assert_ptr_null(x);
+    size_t late = cupool_metadata_bytes();
+    printf("context churn: %ld resets, at most %u class indexes in use, %zu classes listed, "
+           "metadata %zu bytes after 200, %zu at the end\n",
+           rounds, max_limit, tu_class_count(), early, late);
+    ck_assert_uint_le(max_limit, 3 * 16 + 16);
+    ck_assert_msg(late <= early + 16384, "metadata grew from %zu to %zu", early, late);
+    TU_OK(cupool_trim());
+    ck_assert_uint_le(tu_class_count(), 3);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -378,6 +545,9 @@ int main(void)
     tcase_add_test(tc, fork_storm_children_refuse_without_hanging);
     tcase_add_test(tc, passthrough_release_after_reset_is_harmless);
     tcase_add_test(tc, passing_errors_never_retire_a_live_class);
+    tcase_add_test(tc, explicit_pools_refuse_right_after_reset);
+    tcase_add_test(tc, class_creation_races_lose_no_index);
+    tcase_add_test(tc, context_churn_reclaims_classes);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return tu_run(s);
