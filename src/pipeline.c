@@ -40,12 +40,19 @@
 
 enum pn_type { PN_KERNEL = 1, PN_MEMSET, PN_MEMCPY, PN_RECORD, PN_WAIT, PN_HOST };
 
-/* A kernel's argument layout, from cuFuncGetParamInfo: shared by every pipeline. */
+/* A kernel's argument layout, from cuFuncGetParamInfo: shared by every pipeline that holds
+ * it (refs), and listed in fn_table until cupool_trim() forgets the layouts learnt so far. It
+ * is freed once it is neither listed nor held, so layouts take memory for what the live
+ * pipelines use and what the table lists, whatever the number of trims. fn_lock guards refs,
+ * listed and the table; the other fields are fixed once it is published. */
 struct fninfo {
     CUfunction fn;
     uint32_t nparams;
     uint32_t bytes; /* end of the last parameter */
     uint32_t *off, *size;
+    size_t cap;     /* entries allocated in off and in size */
+    uint32_t refs;  /* pipelines holding it */
+    bool listed;    /* in fn_table */
     struct fninfo *next;
 };
 
@@ -107,6 +114,10 @@ struct cupool_pipeline {
     const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
     unsigned fnext;
     uint64_t fn_epoch; /* fn_epoch when fcache was filled */
+    /* every layout its nodes may name (each counted in its refs), dropped at a reset that
+     * follows a trim, and at destroy */
+    struct fninfo **held;
+    size_t nheld, heldcap;
 };
 
 /* ---- small growable arrays from cupool's allocator ---- */
@@ -136,8 +147,8 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem)
 static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fninfo *fn_table[256];
 /* Bumped by cupool_trim(): layouts learnt before are looked up again (a function of an
- * unloaded module can be followed by another at the same address). Old entries stay allocated
- * (pipelines may point at them) until the library is unloaded. */
+ * unloaded module can be followed by another at the same address). The old layouts stay
+ * while pipelines still hold them (their nodes point at them), then go. */
 static _Atomic uint64_t fn_epoch;
 
 static size_t fn_bucket(CUfunction f)
@@ -145,11 +156,109 @@ static size_t fn_bucket(CUfunction f)
     return (size_t)(((uint64_t)(uintptr_t)f * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
 }
 
+static void fninfo_free(struct fninfo *fi)
+{
+    cupool__free(fi->off, fi->cap * sizeof(*fi->off));
+    cupool__free(fi->size, fi->cap * sizeof(*fi->size));
+    cupool__free(fi, sizeof(*fi));
+}
+
+/* Drops one pipeline's hold on a layout. fn_lock held. */
+static void fninfo_unref(struct fninfo *fi)
+{
+    if (--fi->refs == 0 && !fi->listed)
+        fninfo_free(fi);
+}
+
+/* Drops every layout a pipeline holds (its nodes are gone or going). */
+static void pipeline_unhold(struct cupool_pipeline *p)
+{
+    if (p->nheld) {
+        pthread_mutex_lock(&fn_lock);
+        for (size_t i = 0; i < p->nheld; i++)
+            fninfo_unref(p->held[i]);
+        pthread_mutex_unlock(&fn_lock);
+    }
+    p->nheld = 0;
+    memset(p->fcache, 0, sizeof(p->fcache));
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem);
+
+/* Makes p hold fi (once). fn_lock held. False if out of memory. */
+static bool pipeline_hold(struct cupool_pipeline *p, struct fninfo *fi)
+{
+    for (size_t i = 0; i < p->nheld; i++)
+        if (p->held[i] == fi)
+            return true;
+    if (!grow((void **)&p->held, &p->heldcap, p->nheld + 1, sizeof(*p->held)))
+        return false;
+    p->held[p->nheld++] = fi;
+    fi->refs++;
+    return true;
+}
+
+static struct fninfo *fn_lookup(CUfunction f)
+{
+    struct fninfo *fi = fn_table[fn_bucket(f)];
+    while (fi && fi->fn != f)
+        fi = fi->next;
+    return fi;
+}
+
+/* Learns f's layout from the driver (not under fn_lock). */
+static CUresult fninfo_learn(CUfunction f, struct fninfo **out)
+{
+    if (!cupool__drv.cuFuncGetParamInfo)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                            "pipeline kernels need cuFuncGetParamInfo (a CUDA 12.4 driver)");
+    struct fninfo *fi = cupool__alloc(sizeof(*fi));
+    if (!fi)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+    fi->fn = f;
+    for (;;) {
+        size_t o = 0, sz = 0;
+        CUresult r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, fi->nparams, &o, &sz));
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            break; /* past the last parameter (or f has none) */
+        if (r != CUDA_SUCCESS) {
+            fninfo_free(fi);
+            return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, fi->nparams);
+        }
+        if (fi->nparams == fi->cap) {
+            size_t cap = fi->cap ? fi->cap * 2 : 8;
+            uint32_t *off = cupool__alloc(cap * sizeof(*off));
+            uint32_t *size = cupool__alloc(cap * sizeof(*size));
+            if (!off || !size) {
+                cupool__free(off, cap * sizeof(*off));
+                cupool__free(size, cap * sizeof(*size));
+                fninfo_free(fi);
+                return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+            }
+            if (fi->nparams) {
+                memcpy(off, fi->off, fi->nparams * sizeof(*off));
+                memcpy(size, fi->size, fi->nparams * sizeof(*size));
+            }
+            cupool__free(fi->off, fi->cap * sizeof(*fi->off));
+            cupool__free(fi->size, fi->cap * sizeof(*fi->size));
+            fi->off = off, fi->size = size, fi->cap = cap;
+        }
+        fi->off[fi->nparams] = (uint32_t)o;
+        fi->size[fi->nparams] = (uint32_t)sz;
+        if (o + sz > fi->bytes)
+            fi->bytes = (uint32_t)(o + sz);
+        fi->nparams++;
+    }
+    *out = fi;
+    return CUDA_SUCCESS;
+}
+
+/* f's layout, held by p: from p's recent functions, the shared table, or the driver. */
 static CUresult fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct fninfo **out)
 {
     uint64_t epoch = atomic_load_explicit(&fn_epoch, CUPOOL_ACQUIRE);
     if (CUPOOL_UNLIKELY(p->fn_epoch != epoch)) {
-        memset(p->fcache, 0, sizeof(p->fcache));
+        memset(p->fcache, 0, sizeof(p->fcache)); /* held ones stay: nodes may name them */
         p->fn_epoch = epoch;
     }
     for (unsigned i = 0; i < FN_CACHE; i++)
@@ -158,68 +267,56 @@ static CUresult fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct
             return CUDA_SUCCESS;
         }
     pthread_mutex_lock(&fn_lock);
-    struct fninfo *fi = fn_table[fn_bucket(f)];
-    while (fi && fi->fn != f)
-        fi = fi->next;
+    struct fninfo *fi = fn_lookup(f);
+    bool held = fi && pipeline_hold(p, fi);
     pthread_mutex_unlock(&fn_lock);
+    if (fi && !held)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline's layouts");
     if (!fi) {
-        if (!cupool__drv.cuFuncGetParamInfo)
-            return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
-                                "pipeline kernels need cuFuncGetParamInfo (a CUDA 12.4 driver)");
-        uint32_t n = 0, bytes = 0;
-        uint32_t *off = NULL, *size = NULL;
-        size_t capz = 0, capz2 = 0;
-        for (;;) {
-            size_t o = 0, s = 0;
-            CUresult r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, n, &o, &s));
-            if (r == CUDA_ERROR_INVALID_VALUE)
-                break; /* past the last parameter (or f has none) */
-            if (r != CUDA_SUCCESS) {
-                cupool__free(off, capz * sizeof(*off));
-                cupool__free(size, capz2 * sizeof(*size));
-                return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, n);
-            }
-            if (!grow((void **)&off, &capz, n + 1, sizeof(*off)) ||
-                !grow((void **)&size, &capz2, n + 1, sizeof(*size))) {
-                cupool__free(off, capz * sizeof(*off));
-                cupool__free(size, capz2 * sizeof(*size));
-                return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
-            }
-            off[n] = (uint32_t)o;
-            size[n] = (uint32_t)s;
-            if (o + s > bytes)
-                bytes = (uint32_t)(o + s);
-            n++;
-        }
-        fi = cupool__alloc(sizeof(*fi));
-        if (!fi) {
-            cupool__free(off, capz * sizeof(*off));
-            cupool__free(size, capz2 * sizeof(*size));
-            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
-        }
-        fi->fn = f;
-        fi->nparams = n;
-        fi->bytes = bytes;
-        fi->off = off;
-        fi->size = size;
+        struct fninfo *fresh = NULL;
+        CUresult r = fninfo_learn(f, &fresh);
+        if (r != CUDA_SUCCESS)
+            return r;
         pthread_mutex_lock(&fn_lock);
-        struct fninfo *again = fn_table[fn_bucket(f)];
-        while (again && again->fn != f)
-            again = again->next;
-        if (again) { /* another thread was first */
-            cupool__free(off, capz * sizeof(*off));
-            cupool__free(size, capz2 * sizeof(*size));
-            cupool__free(fi, sizeof(*fi));
-            fi = again;
-        } else {
+        fi = fn_lookup(f);
+        if (!fi) {
+            fi = fresh;
+            fi->listed = true;
             fi->next = fn_table[fn_bucket(f)];
             fn_table[fn_bucket(f)] = fi;
+            fresh = NULL;
         }
+        held = pipeline_hold(p, fi);
         pthread_mutex_unlock(&fn_lock);
+        if (fresh) /* another thread was first */
+            fninfo_free(fresh);
+        if (!held)
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline's layouts");
     }
     p->fcache[p->fnext++ % FN_CACHE] = fi;
     *out = fi;
     return CUDA_SUCCESS;
+}
+
+/* cupool_trim(): forgets every learnt layout; those pipelines still hold go when they drop
+ * them. */
+static void fn_table_trim(void)
+{
+    pthread_mutex_lock(&fn_lock);
+    for (size_t b = 0; b < sizeof(fn_table) / sizeof(fn_table[0]); b++) {
+        struct fninfo *fi = fn_table[b];
+        fn_table[b] = NULL;
+        while (fi) {
+            struct fninfo *next = fi->next;
+            fi->listed = false;
+            fi->next = NULL;
+            if (fi->refs == 0)
+                fninfo_free(fi);
+            fi = next;
+        }
+    }
+    atomic_fetch_add_explicit(&fn_epoch, 1, CUPOOL_RELEASE);
+    pthread_mutex_unlock(&fn_lock);
 }
 
 /* ---- building a pipeline ---- */
@@ -258,6 +355,8 @@ CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
     if (!p)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_destroy: not a pipeline");
     p->magic = 0;
+    pipeline_unhold(p);
+    cupool__free(p->held, p->heldcap * sizeof(*p->held));
     cupool__free(p->nodes, p->cap * sizeof(*p->nodes));
     cupool__free(p->deps, p->depcap * sizeof(*p->deps));
     cupool__free(p->args, p->acap);
@@ -277,6 +376,9 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->n = 0;
     p->ndeps = 0;
     p->alen = 0;
+    /* after a trim, the layouts the old nodes named are let go (they are looked up afresh) */
+    if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&fn_epoch, CUPOOL_ACQUIRE)))
+        pipeline_unhold(p);
     p->sigpos = 1; /* word 0 is the node count, compared at launch */
     p->sig_dirty = p->last_nsig == 0;
     p->add_error = CUDA_SUCCESS;
@@ -2077,10 +2179,7 @@ void cupool__graph_cache_close(bool all_threads)
  * (a module may have been unloaded). */
 void cupool__graph_cache_trim(void)
 {
-    pthread_mutex_lock(&fn_lock);
-    memset(fn_table, 0, sizeof(fn_table));
-    atomic_fetch_add_explicit(&fn_epoch, 1, CUPOOL_RELEASE);
-    pthread_mutex_unlock(&fn_lock);
+    fn_table_trim();
     pthread_mutex_lock(&cache_lock);
     struct gentry *e = entries_head;
     while (e) {

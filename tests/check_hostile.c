@@ -537,6 +537,61 @@ START_TEST(context_churn_reclaims_classes)
 }
 END_TEST
 
+/* ---- trim, over and over ----------------------------------------------------------- */
+
+/* 2000 trims of a 32-kernel pipeline (32 distinct functions, from 8 loads of the test module):
+ * every trim forgets the learnt argument layouts and the next launch learns them again, and
+ * their memory is given back: metadata after 2000 trims is what it was after 20. Every
+ * launch's result is checked. */
+START_TEST(trims_keep_metadata_bounded)
+{
+    tu_setup();
+    enum { LOADS = 8 };
+    CUfunction fn[4 * LOADS];
+    for (int m = 0; m < LOADS; m++) {
+        struct tu_kernels k;
+        tu_load_kernels(&k);
+        fn[4 * m] = k.add_u32, fn[4 * m + 1] = k.addone;
+        fn[4 * m + 2] = k.set_u32, fn[4 * m + 3] = k.add_u32;
+    }
+    CUdeviceptr d;
+    TU_OK(tu.cuMemAlloc(&d, 4));
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, 0, 0));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    long trims = scaled(2000);
+    size_t early = 0;
+    for (long i = 0; i < trims; i++) {
+        unsigned base = (unsigned)i, two = 2;
+        TU_OK(cupool_pipeline_reset(p));
+        for (int n = 0; n < 32; n++) {
+            void *args_set[] = {&d, &base}, *args_add[] = {&d, &two}, *args_one[] = {&d};
+            int kind = n % 4;
+            TU_OK(cupool_pipeline_kernel(p, fn[n], 1, 1, 1, 1, 1, 1, 0,
+                                         kind == 1 ? args_one : kind == 2 ? args_set : args_add,
+                                         NULL));
+        }
+        TU_OK(cupool_pipeline_launch(p, s));
+        TU_OK(tu.cuStreamSynchronize(s));
+        unsigned v = 0;
+        TU_OK(tu.cuMemcpyDtoH(&v, d, 4));
+        /* the last set (node 30) writes base; node 31 adds 2 */
+        ck_assert_uint_eq(v, base + 2);
+        TU_OK(cupool_trim());
+        if (i == 20 || (i == trims - 1 && !early))
+            early = cupool_metadata_bytes();
+    }
+    size_t late = cupool_metadata_bytes();
+    printf("trims: %ld trims of a 32-kernel pipeline, metadata %zu bytes after 20, %zu at the "
+           "end\n",
+           trims, early, late);
+    ck_assert_msg(late <= early + 4096, "metadata grew from %zu to %zu", early, late);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_stream_release(s));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -548,6 +603,7 @@ int main(void)
     tcase_add_test(tc, explicit_pools_refuse_right_after_reset);
     tcase_add_test(tc, class_creation_races_lose_no_index);
     tcase_add_test(tc, context_churn_reclaims_classes);
+    tcase_add_test(tc, trims_keep_metadata_bounded);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return tu_run(s);
