@@ -206,8 +206,8 @@ static struct fninfo *fn_lookup(CUfunction f)
     return fi;
 }
 
-/* Learns f's layout from the driver (not under fn_lock). */
-static CUresult fninfo_learn(CUfunction f, struct fninfo **out)
+/* Reads f's layout from the driver once (not under fn_lock). */
+static CUresult fninfo_read(CUfunction f, struct fninfo **out)
 {
     if (!cupool__drv.cuFuncGetParamInfo)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
@@ -251,6 +251,43 @@ static CUresult fninfo_learn(CUfunction f, struct fninfo **out)
     }
     *out = fi;
     return CUDA_SUCCESS;
+}
+
+static bool fninfo_same(const struct fninfo *a, const struct fninfo *b)
+{
+    return a->nparams == b->nparams &&
+           (!a->nparams || (memcmp(a->off, b->off, a->nparams * sizeof(*a->off)) == 0 &&
+                            memcmp(a->size, b->size, a->nparams * sizeof(*a->size)) == 0));
+}
+
+/* Learns f's layout: read until two readings agree (three at most). The end of the parameter
+ * list is CUDA_ERROR_INVALID_VALUE, which a passing failure of one call would imitate: a
+ * layout cut short would copy too few argument bytes at every later launch. Once per
+ * function (and per trim), a few calls of ~0.1 us. */
+static CUresult fninfo_learn(CUfunction f, struct fninfo **out)
+{
+    struct fninfo *a = NULL, *b = NULL;
+    CUresult r = fninfo_read(f, &a);
+    for (int reading = 1; r == CUDA_SUCCESS && reading < 3; reading++) {
+        r = fninfo_read(f, &b);
+        if (r != CUDA_SUCCESS)
+            break;
+        if (fninfo_same(a, b)) {
+            fninfo_free(b);
+            *out = a;
+            return CUDA_SUCCESS;
+        }
+        fninfo_free(a);
+        a = b;
+        b = NULL;
+    }
+    if (a)
+        fninfo_free(a);
+    if (r == CUDA_SUCCESS)
+        r = cupool__fail(CUDA_ERROR_UNKNOWN,
+                         "cuFuncGetParamInfo(%p) gave a different parameter list each time",
+                         (void *)f);
+    return r;
 }
 
 /* f's layout, held by p: from p's recent functions, the shared table, or the driver. */
@@ -902,21 +939,28 @@ static int entry_ctx_state(const struct gentry *e)
  * still-running exec once it completes). cupool_trim() and unload destroy them all. */
 struct grave {
     CUgraphExec exec;
-    CUgraph graph; /* the exec's own clone of its template */
+    CUgraph graph; /* the exec's own clone of its template, or a template or capture graph */
     CUevent done;
-    bool done_valid;
+    bool done_valid; /* done stands for the exec's last launch */
+    bool ready;      /* nothing of it can be running: destroy at the next reap */
     CUcontext ctx;
     unsigned long long ctx_id;
 };
-#define GRAVES_MAX 256
 #define GRAVES_BLIND_MAX 16
-static struct grave graves[GRAVES_MAX]; /* cache lock */
-static int ngraves, nblind;
+/* The graveyard (cache lock): grows as needed, so nothing that must be destroyed is ever
+ * dropped, and a destroy the driver refused once is tried again at a later reap. */
+static struct grave *graves;
+static int ngraves, graves_cap, nblind;
 /* the instantiation gate (below): sections of driver calls no instantiation overlaps */
 static _Atomic uint32_t *gate_enter(void);
 static inline void gate_leave(_Atomic uint32_t *c);
 
 static _Atomic int graves_due; /* graves a launch may reap now (read without the lock) */
+
+static bool grave_blind(const struct grave *g)
+{
+    return !g->ready && !g->done_valid;
+}
 
 static void graves_count(void)
 {
@@ -924,84 +968,136 @@ static void graves_count(void)
     atomic_store_explicit(&graves_due, due, CUPOOL_RELAXED);
 }
 
-/* Destroys g's objects; false when its context cannot be told now (the grave must stay). */
-static bool grave_destroy(const struct grave *g)
+/* Destroys what it can of g's objects, clearing each one the driver destroyed; true when
+ * nothing is left (or its context is gone: nothing to call), false when the grave must stay
+ * (its context cannot be told now, or a destroy failed for a passing reason). */
+static bool grave_destroy(struct grave *g)
 {
     CUresult err = CUDA_SUCCESS;
     int st = cupool__ctx_verdict(g->ctx, g->ctx_id, &err);
+    if (st == 0 || err == CUDA_ERROR_DEINITIALIZED)
+        return true; /* its context is gone, or the driver: nothing left to destroy */
     if (st < 0)
         return false;
-    if (st == 0)
-        return true; /* its context is gone: nothing to call */
-    if (g->exec)
-        CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(g->exec));
-    if (g->graph)
-        CUPOOL_DRV(cupool__drv.cuGraphDestroy(g->graph));
-    if (g->done)
-        CUPOOL_DRV(cupool__drv.cuEventDestroy(g->done));
+    CUresult r;
+    if (g->exec && ((r = CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(g->exec))) == CUDA_SUCCESS ||
+                    r == CUDA_ERROR_DEINITIALIZED))
+        g->exec = NULL;
+    if (g->graph && ((r = CUPOOL_DRV(cupool__drv.cuGraphDestroy(g->graph))) == CUDA_SUCCESS ||
+                     r == CUDA_ERROR_DEINITIALIZED))
+        g->graph = NULL;
+    if (g->done && ((r = CUPOOL_DRV(cupool__drv.cuEventDestroy(g->done))) == CUDA_SUCCESS ||
+                    r == CUDA_ERROR_DEINITIALIZED))
+        g->done = NULL;
+    if (g->exec || g->graph || g->done) {
+        g->ready = true; /* what is left has been let go of: retry at the next reap */
+        return false;
+    }
     return true;
 }
 
-/* Buries x's driver objects. Cache lock held. Returns false when the graveyard is full (the
- * caller then destroys them itself, the rare slow case). */
-static bool exec_bury(const struct gentry *e, struct gexec *x)
+/* Adds a grave. Cache lock held. False when there is no memory for it (the caller destroys
+ * its objects itself then: the rare slow case). */
+static bool grave_add(const struct grave *g)
 {
-    if (ngraves == GRAVES_MAX)
-        return false;
-    graves[ngraves++] = (struct grave){x->exec, x->graph, x->done,
-                                       x->done_valid && x->done != NULL, e->ctx, e->ctx_id};
-    if (!graves[ngraves - 1].done_valid)
-        nblind++;
+    if (ngraves == graves_cap) {
+        int cap = graves_cap ? graves_cap * 2 : 64;
+        struct grave *fresh = cupool__alloc((size_t)cap * sizeof(*fresh));
+        if (!fresh)
+            return false;
+        if (ngraves)
+            memcpy(fresh, graves, (size_t)ngraves * sizeof(*fresh));
+        cupool__free(graves, (size_t)graves_cap * sizeof(*graves));
+        graves = fresh;
+        graves_cap = cap;
+    }
+    graves[ngraves++] = *g;
+    nblind += grave_blind(g);
     graves_count();
     return true;
+}
+
+/* Destroys driver objects of a context now, outside the cache lock; whatever the driver does
+ * not destroy (a passing error) is buried and tried again at a later reap: a failed destroy
+ * never leaks the object. */
+static void objects_destroy(CUgraphExec exec, CUgraph graph, CUevent done, CUcontext ctx,
+                            unsigned long long ctx_id)
+{
+    if (!exec && !graph && !done)
+        return;
+    struct grave g = {exec, graph, done, false, true, ctx, ctx_id};
+    if (grave_destroy(&g))
+        return;
+    pthread_mutex_lock(&cache_lock);
+    bool buried = grave_add(&g);
+    pthread_mutex_unlock(&cache_lock);
+    if (!buried)
+        cupool__log(CUPOOL_LOG_WARN, "no memory to keep a graph object whose destroy failed: "
+                                     "it is left to the driver");
+}
+
+/* Buries x's driver objects (and, for an entry, its template graph: graph given). Cache lock
+ * held. False when there is no memory (the caller destroys them itself then). */
+static bool exec_bury(const struct gentry *e, struct gexec *x)
+{
+    struct grave g = {x->exec, x->graph, x->done, x->done_valid && x->done != NULL, false,
+                      e->ctx, e->ctx_id};
+    return grave_add(&g);
 }
 
 /* Destroys the buried objects that are done (all of them when `all`), outside the lock. */
 static void graves_reap(bool all)
 {
-    struct grave out[GRAVES_MAX];
-    int n = 0;
-    pthread_mutex_lock(&cache_lock);
-    bool blind = all || nblind > GRAVES_BLIND_MAX;
-    CUcontext vctx = NULL;
-    unsigned long long vid = 0;
-    int vst = -1;
-    bool vknown = false;
-    for (int i = 0; i < ngraves;) {
-        struct grave *g = &graves[i];
-        bool go = g->done_valid ? all : blind;
-        if (!go && g->done_valid) {
-            /* no call on an event of a reset context (the driver crashes) */
-            if (!vknown || g->ctx != vctx || g->ctx_id != vid) {
-                CUresult err = CUDA_SUCCESS;
-                vst = cupool__ctx_verdict(g->ctx, g->ctx_id, &err);
-                vctx = g->ctx, vid = g->ctx_id, vknown = true;
-            }
-            go = vst == 0 ||
-                 (vst == 1 && CUPOOL_DRV(cupool__drv.cuEventQuery(g->done)) != CUDA_ERROR_NOT_READY);
-        }
-        if (go) {
-            out[n++] = *g;
-            nblind -= !g->done_valid;
-            graves[i] = graves[--ngraves];
-        } else {
-            i++;
-        }
-    }
-    graves_count();
-    pthread_mutex_unlock(&cache_lock);
-    int keep = 0;
-    for (int i = 0; i < n; i++)
-        if (!grave_destroy(&out[i]))
-            out[keep++] = out[i]; /* cannot be told now: back to the graveyard */
-    if (keep) {
+    enum { BATCH = 64 };
+    for (int round = 0;; round++) {
+        struct grave out[BATCH];
+        int n = 0;
         pthread_mutex_lock(&cache_lock);
-        for (int i = 0; i < keep && ngraves < GRAVES_MAX; i++) {
-            graves[ngraves++] = out[i];
-            nblind += !out[i].done_valid;
+        bool blind = all || nblind > GRAVES_BLIND_MAX;
+        CUcontext vctx = NULL;
+        unsigned long long vid = 0;
+        int vst = -1;
+        bool vknown = false;
+        /* a retry round looks only at graves not yet tried in this reap (moved to the end) */
+        int limit = ngraves;
+        for (int i = 0; i < limit && n < BATCH;) {
+            struct grave *g = &graves[i];
+            bool go = g->ready || (g->done_valid ? all : blind);
+            if (!go && g->done_valid) {
+                /* no call on an event of a reset context (the driver crashes) */
+                if (!vknown || g->ctx != vctx || g->ctx_id != vid) {
+                    CUresult err = CUDA_SUCCESS;
+                    vst = cupool__ctx_verdict(g->ctx, g->ctx_id, &err);
+                    vctx = g->ctx, vid = g->ctx_id, vknown = true;
+                }
+                go = vst == 0 || (vst == 1 && CUPOOL_DRV(cupool__drv.cuEventQuery(g->done)) !=
+                                                  CUDA_ERROR_NOT_READY);
+            }
+            if (go) {
+                out[n++] = *g;
+                nblind -= grave_blind(g);
+                graves[i] = graves[--ngraves];
+                limit--;
+            } else {
+                i++;
+            }
         }
         graves_count();
         pthread_mutex_unlock(&cache_lock);
+        int keep = 0;
+        for (int i = 0; i < n; i++)
+            if (!grave_destroy(&out[i]))
+                out[keep++] = out[i]; /* cannot be told or destroyed now: back, for later */
+        if (keep) {
+            pthread_mutex_lock(&cache_lock);
+            for (int i = 0; i < keep; i++)
+                if (!grave_add(&out[i]))
+                    cupool__log(CUPOOL_LOG_WARN, "no memory to keep a graph object whose "
+                                                 "destroy failed: it is left to the driver");
+            pthread_mutex_unlock(&cache_lock);
+        }
+        if (n < BATCH || keep == n)
+            return; /* all looked at, or nothing more can go now */
     }
 }
 
@@ -1017,8 +1113,10 @@ static inline void graves_maybe_reap(void)
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 {
     if (alive && (x->exec || x->done || x->graph) && !exec_bury(e, x)) {
-        struct grave g = {x->exec, x->graph, x->done, false, e->ctx, e->ctx_id};
-        grave_destroy(&g); /* graveyard full: now, under the lock (rare) */
+        struct grave g = {x->exec, x->graph, x->done, false, true, e->ctx, e->ctx_id};
+        if (!grave_destroy(&g)) /* no memory for a grave: now, under the lock (rare) */
+            cupool__log(CUPOOL_LOG_WARN, "no memory to keep a graph exec whose destroy "
+                                         "failed: it is left to the driver");
     }
     cache_bytes -= exec_bytes(e, x);
     cache_execs--;
@@ -1035,8 +1133,14 @@ static void entry_free_as(struct gentry *e, bool alive)
         atomic_fetch_add(&cache_epoch, 1);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
-    if (alive && e->graph)
-        CUPOOL_DRV(cupool__drv.cuGraphDestroy(e->graph));
+    if (alive && e->graph) {
+        /* destroyed outside the lock, at the next reap (nothing of it runs) */
+        struct grave g = {NULL, e->graph, NULL, false, true, e->ctx, e->ctx_id};
+        if (!grave_add(&g) && !grave_destroy(&g))
+            cupool__log(CUPOOL_LOG_WARN, "no memory to keep a template graph whose destroy "
+                                         "failed: it is left to the driver");
+        e->graph = NULL;
+    }
     cache_bytes -= e->bytes;
     cache_entries--;
     cupool__free(e->sig, e->nsig * sizeof(*e->sig));
@@ -1046,10 +1150,11 @@ static void entry_free_as(struct gentry *e, bool alive)
     entry_struct_put(e);
 }
 
-/* Frees an entry whose context is alive or gone (no driver call on a gone one). Lock held. */
+/* Frees an entry; its driver objects are buried unless its context is proven gone (the
+ * graveyard asks again before it calls the driver). Lock held. */
 static void entry_free(struct gentry *e)
 {
-    entry_free_as(e, entry_ctx_state(e) == 1);
+    entry_free_as(e, entry_ctx_state(e) != 0);
 }
 
 static void entry_unlink(struct gentry *e)
@@ -1381,7 +1486,7 @@ static CUresult template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **n
     pthread_mutex_unlock(&template_lock);
     if (r != CUDA_SUCCESS) {
         if (cloned)
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(*graph));
+            objects_destroy(NULL, *graph, NULL, e->ctx, e->ctx_id);
         *graph = NULL;
         cupool__free(n, e->n * sizeof(*n));
         return cupool__fail(r, "cloning a cached template graph failed");
@@ -1418,12 +1523,11 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
     }
     if (r == CUDA_SUCCESS && x->graph && !x->nnodes) {
         /* no nodes to update (a capture's entry): the clone has served */
-        CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+        objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
         x->graph = NULL;
     }
     if (r != CUDA_SUCCESS) {
-        if (x->graph)
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+        objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
         x->graph = NULL;
         x->nodes = NULL;
@@ -1433,9 +1537,7 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
     /* its parameters are the template's */
     if (!grow((void **)&x->snap, &x->snap_cap, e->n, sizeof(*x->snap)) ||
         !grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1)) {
-        CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
-        if (x->graph)
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+        objects_destroy(x->exec, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
         cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
         exec_struct_put_locked(x);
@@ -1487,8 +1589,7 @@ static CUresult entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
     if (r == CUDA_SUCCESS)
         r = exec_new(e, &x);
     if (r != CUDA_SUCCESS) {
-        if (e->graph)
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(e->graph));
+        objects_destroy(NULL, e->graph, NULL, ctx, ctx_id);
         cupool__free(e->sig, nsig * sizeof(*e->sig));
         cupool__free(e->gnodes, p->n * sizeof(*e->gnodes));
         cupool__free(e->tmpl, p->n * sizeof(*e->tmpl));
@@ -2069,15 +2170,14 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     if (!exec_update(e, x, p, &updated, &unchanged)) {
         /* the driver refused an update: instantiate this exec afresh and try once more */
         failures++;
-        CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+        objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id); /* its launches run on */
         x->exec = NULL;
         /* from a fresh clone: the old one has a launched exec (see exec_new_of) */
         CUgraph clone = NULL;
         CUgraphNode *nodes = NULL;
         r = template_clone(e, &clone, &nodes);
         if (r == CUDA_SUCCESS) {
-            if (x->graph)
-                CUPOOL_DRV(cupool__drv.cuGraphDestroy(x->graph));
+            objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
             cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
             x->graph = clone;
             x->nodes = nodes;
@@ -2105,10 +2205,8 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     } else {
         /* the exec is unusable: this launch goes node by node */
         r = eager_supported() ? eager_launch(p, stream) : r;
-        if (x->exec) {
-            CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
-            x->exec = NULL;
-        }
+        objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id);
+        x->exec = NULL;
     }
     /* the exec now holds the pipeline's parameters (unless they were already its own) */
     bool keep = !one_off && x->exec != NULL && (unchanged || snapshot(x, p));
@@ -2275,8 +2373,9 @@ CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path)
 
 #define CAPTURE_TAG UINT64_C(0xCA97C0DE00000000)
 
-/* Runs fn under thread-local capture on stream; *graph gets the result. */
-static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUgraph *graph)
+/* Runs fn under thread-local capture on stream (of context ctx); *graph gets the result. */
+static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUcontext ctx,
+                        unsigned long long ctx_id, CUgraph *graph)
 {
     CUresult r = CUPOOL_DRV(
         cupool__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
@@ -2285,9 +2384,17 @@ static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUgra
     CUresult user_r = fn(stream, user);
     *graph = NULL;
     r = CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, graph));
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED &&
+        CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(stream, &cs)) == CUDA_SUCCESS &&
+        cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+        /* never leave the caller's stream capturing: end it again, keep nothing of it */
+        CUgraph again = NULL;
+        CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, &again));
+        objects_destroy(NULL, again, NULL, ctx, ctx_id);
+    }
     if (user_r != CUDA_SUCCESS || r != CUDA_SUCCESS) {
-        if (*graph)
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(*graph));
+        objects_destroy(NULL, *graph, NULL, ctx, ctx_id);
         *graph = NULL;
         if (user_r != CUDA_SUCCESS)
             return cupool__fail(user_r, "the captured function failed");
@@ -2328,7 +2435,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
     CUgraph fresh_graph = NULL;
     if (!e) {
-        r = capture(stream, fn, user_data, &fresh_graph);
+        r = capture(stream, fn, user_data, ctx, ctx_id, &fresh_graph);
         if (r != CUDA_SUCCESS)
             return r;
         struct gentry *ne = entry_struct_get();
@@ -2347,7 +2454,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
             r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
         }
         if (r != CUDA_SUCCESS) {
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+            objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
             cupool__free(nsig, sizeof(sig));
             if (ne)
                 entry_struct_put_locked(ne);
@@ -2363,7 +2470,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         e = entry_publish(ne, stream, (flags & CUPOOL_CAPTURE_UPDATE) ? &fresh_graph : NULL, &x,
                           &epoch);
     } else if (flags & CUPOOL_CAPTURE_UPDATE) {
-        r = capture(stream, fn, user_data, &fresh_graph);
+        r = capture(stream, fn, user_data, ctx, ctx_id, &fresh_graph);
         if (r != CUDA_SUCCESS) {
             if (x) {
                 exec_done(e, x, true, stream, false, x->done_valid, !fast);
@@ -2378,8 +2485,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     if (!x) {
         /* a new exec: from this call's capture when there is one (no update needed) */
         r = exec_add(e, fresh_graph, &x, &one_off);
-        if (fresh_graph)
-            CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+        objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
         fresh_graph = NULL;
         if (r != CUDA_SUCCESS) {
             count_launch(inst, 0, 0);
@@ -2399,14 +2505,14 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
             atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
         } else {
             failures++;
-            CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(x->exec));
+            objects_destroy(x->exec, NULL, NULL, ctx, ctx_id);
             x->exec = NULL;
             r = instantiate_gated(&x->exec, fresh_graph);
             inst++;
             if (r != CUDA_SUCCESS)
                 x->exec = NULL;
         }
-        CUPOOL_DRV(cupool__drv.cuGraphDestroy(fresh_graph));
+        objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
     }
     bool launched = false, recorded = false;
     if (r == CUDA_SUCCESS && x->exec) {

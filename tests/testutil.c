@@ -77,6 +77,7 @@ void tu_resolve(void)
     *(void **)&tu_fake.instantiations_of_launched_graphs =
         dlsym(h, "fakecuda_instantiations_of_launched_graphs");
     *(void **)&tu_fake.live_graphs = dlsym(h, "fakecuda_live_graphs");
+    *(void **)&tu_fake.live_execs = dlsym(h, "fakecuda_live_execs");
     *(void **)&tu_fake.exec_destroy_waits = dlsym(h, "fakecuda_exec_destroy_waits");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);

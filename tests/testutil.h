@@ -78,6 +78,7 @@ struct tu_fake {
     unsigned long (*instantiate_launch_overlaps)(void);
     unsigned long (*instantiations_of_launched_graphs)(void);
     int (*live_graphs)(void);
+    int (*live_execs)(void);
     unsigned long (*exec_destroy_waits)(void);
 };
 extern struct tu_fake tu_fake;

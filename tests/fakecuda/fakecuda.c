@@ -137,6 +137,7 @@ struct fc_exec {
 };
 
 static CUresult capture_to_nodes(struct fc_graph *g);
+static struct fc_graph *graph_new(struct fc_ctx *c);
 
 
 struct fc_stream {
@@ -680,7 +681,8 @@ static void event_unref(struct fc_event *e);
 static void node_free(struct fc_node *n);
 static void exec_free(struct fc_exec *e);
 
-static _Atomic int g_live_graphs; /* graphs created and not destroyed (clones included) */
+static _Atomic int g_live_graphs; /* graphs created and not destroyed (clones, captures) */
+static _Atomic int g_live_execs;  /* execs instantiated and not destroyed */
 
 static void graph_free(struct fc_graph *g)
 {
@@ -1949,15 +1951,9 @@ static CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode)
         return leave(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     if (s->cap != CU_STREAM_CAPTURE_STATUS_NONE)
         return leave(CUDA_ERROR_ILLEGAL_STATE);
-    struct fc_graph *g = calloc(1, sizeof *g);
+    struct fc_graph *g = graph_new(s->ctx); /* counted alive, as every graph */
     if (!g)
         return leave(CUDA_ERROR_OUT_OF_MEMORY);
-    g->magic = MAGIC_GRAPH;
-    g->ctx = s->ctx;
-    g->next = s->ctx->graphs;
-    if (g->next)
-        g->next->prev = g;
-    s->ctx->graphs = g;
     s->graph = g;
     s->cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     s->cap_id = g_next_capture_id++;
@@ -3141,6 +3137,7 @@ static void exec_free(struct fc_exec *e)
     free(e->dep_start);
     e->magic = 0;
     free(e);
+    atomic_fetch_sub(&g_live_execs, 1);
 }
 
 /* Kahn's algorithm, ties broken by insertion order. order[] gets the nodes; false on a cycle. */
@@ -3240,6 +3237,7 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
     if (e->next)
         e->next->prev = e;
     g->ctx->execs = e;
+    atomic_fetch_add(&g_live_execs, 1);
     *out = e;
     return CUDA_SUCCESS;
 }
@@ -4067,6 +4065,11 @@ unsigned long fakecuda_exec_destroy_waits(void)
     unsigned long n = g_exec_destroy_waits;
     unlock();
     return n;
+}
+
+int fakecuda_live_execs(void)
+{
+    return atomic_load(&g_live_execs);
 }
 
 int fakecuda_live_graphs(void)

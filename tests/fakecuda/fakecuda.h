@@ -73,8 +73,11 @@ unsigned long fakecuda_instantiate_launch_overlaps(void);
  * instantiation, while that exec ran and another thread synchronised, can stall until the
  * queued work drains). */
 unsigned long fakecuda_instantiations_of_launched_graphs(void);
-/** Graphs alive: created (cuGraphCreate, cuGraphClone, a capture) and not destroyed. */
+/** Graphs alive: created (cuGraphCreate, cuGraphClone, a capture) and not destroyed (a
+ *  context's reset or destruction destroys its own). */
 int fakecuda_live_graphs(void);
+/** Graph execs alive: instantiated and not destroyed. */
+int fakecuda_live_execs(void);
 /** cuGraphExecDestroy calls on an exec whose launches were still queued (the destroy may
  * wait for them: FAKECUDA_DESTROY_WAITS=1 makes it). */
 unsigned long fakecuda_exec_destroy_waits(void);
