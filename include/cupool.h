@@ -453,7 +453,10 @@ typedef struct cupool_graph_stats {
     uint64_t instantiations;  /**< cuGraphInstantiate calls (misses, extra execs, retries) */
     uint64_t updates;         /**< launches that updated at least one node */
     uint64_t nodes_updated;   /**< node parameter updates */
-    uint64_t update_failures; /**< updates the driver refused (the exec was re-instantiated) */
+    uint64_t update_failures; /**< updates not made: refused by the driver, or of a capture whose
+                                   kernels changed a launch attribute the driver does not update
+                                   in place (cluster dimension, cooperative, ...); the exec was
+                                   instantiated afresh */
     uint64_t evictions;       /**< cache entries evicted (by the bounds or cupool_trim) */
     uint64_t eager_launches;  /**< launches made node by node (CUPOOL_GRAPH_DISABLE) */
     uint64_t entries;         /**< entries cached now */

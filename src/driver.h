@@ -83,7 +83,11 @@
     X(cuStreamBeginCapture, 11000, CUresult, (CUstream s, CUstreamCaptureMode mode))        \
     X(cuStreamEndCapture, 10000, CUresult, (CUstream s, CUgraph * g))                       \
     X(cuGraphExecUpdate, 12000, CUresult,                                                   \
-      (CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo * info))
+      (CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo * info))                       \
+    X(cuGraphGetNodes, 10000, CUresult, (CUgraph g, CUgraphNode * nodes, size_t * n))         \
+    X(cuGraphNodeGetType, 10000, CUresult, (CUgraphNode n, CUgraphNodeType * type))          \
+    X(cuGraphKernelNodeGetAttribute, 11000, CUresult,                                       \
+      (CUgraphNode n, CUkernelNodeAttrID attr, CUkernelNodeAttrValue * value))
 
 struct cupool__driver {
 #define X(name, version, ret, params) ret(*name) params;

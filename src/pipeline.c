@@ -735,6 +735,11 @@ struct gexec {
     struct pnode *snap; /* the parameters of its last launch (or of the template) */
     unsigned char *snap_args;
     size_t snap_cap, snap_acap, snap_alen;
+    /* of an exec of a capture: the launch attributes of its kernel nodes that an update does
+     * not change (graph_fingerprint); fp_known false when they could not be read */
+    uint32_t *fp;
+    size_t nfp;
+    bool fp_known;
 };
 
 #define EXECS_LIMIT 64
@@ -760,6 +765,7 @@ struct gentry {
     unsigned char *tmpl_args;
     size_t tmpl_alen;
     struct gexec *execs[EXECS_LIMIT];
+    bool captured; /* cupool_capture_launch's: its execs keep launch-attribute fingerprints */
     int nexecs;
     int npending; /* new execs being instantiated for it (counted against the limit) */
     _Atomic bool multi_stream; /* set under the lock, read without */
@@ -903,8 +909,115 @@ static void exec_struct_put_locked(struct gexec *x)
 
 static size_t exec_bytes(const struct gentry *e, const struct gexec *x)
 {
+    /* (a capture's fingerprint, 60 bytes a kernel, is left out: it may change size while the
+     * exec is cached, and the estimate is added and taken away whole) */
     return sizeof(*x) + x->snap_cap * sizeof(struct pnode) + x->snap_acap +
            (size_t)e->n * DRIVER_BYTES_PER_NODE;
+}
+
+/* ---- launch attributes an update does not apply ----
+ * On the H200 (driver 580.159, 2026-12-01) cuGraphExecUpdate accepted a recaptured graph whose
+ * kernel launched with another thread-block cluster dimension, returned success, and the exec
+ * went on launching with the first capture's dimension: a wrong result, with no error. The
+ * driver documents that a cooperative node cannot become non-cooperative, nor the reverse.
+ * Attributes of the same kind (preferred cluster dimension, cluster scheduling policy, memory
+ * synchronisation domain) are taken as not updatable either: instantiating afresh is always
+ * right. So an exec of a capture keeps these attributes of its kernel nodes, in node order
+ * (its fingerprint), and a recapture whose fingerprint differs is instantiated anew instead of
+ * updated. Pipelines set no launch attribute. */
+static const CUkernelNodeAttrID fp_attrs[] = {
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE, CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN};
+#define FP_ATTRS (sizeof(fp_attrs) / sizeof(fp_attrs[0]))
+#define FP_WORDS_PER_NODE (FP_ATTRS * 3)
+
+/* The words of one attribute's value (three each; unused ones 0). */
+static void fp_words(CUkernelNodeAttrID id, const CUkernelNodeAttrValue *v, uint32_t *w)
+{
+    w[0] = w[1] = w[2] = 0;
+    switch ((int)id) {
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        w[0] = v->clusterDim.x, w[1] = v->clusterDim.y, w[2] = v->clusterDim.z;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        w[0] = v->preferredClusterDim.x, w[1] = v->preferredClusterDim.y;
+        w[2] = v->preferredClusterDim.z;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        w[0] = (uint32_t)v->cooperative;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        w[0] = (uint32_t)v->clusterSchedulingPolicyPreference;
+        break;
+    default: /* CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN */
+        w[0] = (uint32_t)v->memSyncDomain;
+        break;
+    }
+}
+
+/* Reads the fingerprint of graph's kernel nodes into a new array (*out, *n words). False when
+ * it cannot be read (no entry points, a driver error): the caller then takes it as different
+ * from every other. An attribute the driver does not know (CUDA_ERROR_INVALID_VALUE, an older
+ * driver) reads as all ones. */
+static bool graph_fingerprint(CUgraph g, uint32_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!cupool__drv.cuGraphGetNodes || !cupool__drv.cuGraphNodeGetType ||
+        !cupool__drv.cuGraphKernelNodeGetAttribute)
+        return false;
+    size_t count = 0;
+    if (CUPOOL_DRV(cupool__drv.cuGraphGetNodes(g, NULL, &count)) != CUDA_SUCCESS)
+        return false;
+    if (count == 0)
+        return true;
+    CUgraphNode *nodes = cupool__alloc(count * sizeof(*nodes));
+    uint32_t *fp = cupool__alloc(count * FP_WORDS_PER_NODE * sizeof(*fp));
+    bool ok = nodes && fp;
+    size_t got = count, w = 0;
+    ok = ok && CUPOOL_DRV(cupool__drv.cuGraphGetNodes(g, nodes, &got)) == CUDA_SUCCESS &&
+         got == count;
+    for (size_t i = 0; ok && i < count; i++) {
+        CUgraphNodeType type;
+        ok = CUPOOL_DRV(cupool__drv.cuGraphNodeGetType(nodes[i], &type)) == CUDA_SUCCESS;
+        if (!ok || type != CU_GRAPH_NODE_TYPE_KERNEL)
+            continue;
+        for (size_t a = 0; ok && a < FP_ATTRS; a++, w += 3) {
+            CUkernelNodeAttrValue v;
+            memset(&v, 0, sizeof(v));
+            CUresult r = CUPOOL_DRV(cupool__drv.cuGraphKernelNodeGetAttribute(nodes[i],
+                                                                              fp_attrs[a], &v));
+            if (r == CUDA_SUCCESS)
+                fp_words(fp_attrs[a], &v, &fp[w]);
+            else if (r == CUDA_ERROR_INVALID_VALUE)
+                fp[w] = fp[w + 1] = fp[w + 2] = UINT32_MAX;
+            else
+                ok = false;
+        }
+    }
+    cupool__free(nodes, count * sizeof(*nodes));
+    if (!ok) {
+        cupool__free(fp, count * FP_WORDS_PER_NODE * sizeof(*fp));
+        return false;
+    }
+    *out = fp;
+    *n = count * FP_WORDS_PER_NODE; /* allocated size; the words past w stay 0 */
+    return true;
+}
+
+/* Gives an exec the fingerprint fp (taking it), freeing its old one. */
+static void exec_fp_set(struct gexec *x, uint32_t *fp, size_t n, bool known)
+{
+    cupool__free(x->fp, x->nfp * sizeof(*x->fp));
+    x->fp = fp;
+    x->nfp = n;
+    x->fp_known = known;
+}
+
+static bool fp_same(const struct gexec *x, const uint32_t *fp, size_t n, bool known)
+{
+    return known && x->fp_known && n == x->nfp && (!n || memcmp(fp, x->fp, n * sizeof(*fp)) == 0);
 }
 
 /* Copies the pipeline's parameters into an exec's snapshot. */
@@ -1123,6 +1236,7 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
     cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
     cupool__free(x->snap_args, x->snap_acap);
     cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+    exec_fp_set(x, NULL, 0, false);
     exec_struct_put(x);
 }
 
@@ -1516,11 +1630,20 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
             graph = x->graph;
         }
     }
+    uint32_t *fp = NULL;
+    size_t nfp = 0;
+    bool fp_known = false;
+    if (r == CUDA_SUCCESS && e->captured)
+        fp_known = graph_fingerprint(graph, &fp, &nfp);
     if (r == CUDA_SUCCESS) {
         r = instantiate_gated(&x->exec, graph);
         if (r != CUDA_SUCCESS)
             cupool__fail(r, "cuGraphInstantiateWithFlags failed");
     }
+    if (r == CUDA_SUCCESS)
+        exec_fp_set(x, fp, nfp, fp_known);
+    else
+        cupool__free(fp, nfp * sizeof(*fp));
     if (r == CUDA_SUCCESS && x->graph && !x->nnodes) {
         /* no nodes to update (a capture's entry): the clone has served */
         objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
@@ -1540,6 +1663,8 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
         objects_destroy(x->exec, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
         cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
+        cupool__free(x->snap_args, x->snap_acap);
+        exec_fp_set(x, NULL, 0, false);
         exec_struct_put_locked(x);
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     }
@@ -2448,6 +2573,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
             ne->sig = nsig;
             memcpy(nsig, sig, sizeof(sig));
             ne->nsig = 2;
+            ne->captured = true;
             ne->graph = fresh_graph;
             r = exec_new(ne, &nx);
         } else {
@@ -2495,22 +2621,35 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     }
     uint64_t failures = 0;
     if (fresh_graph) {
-        /* CUPOOL_CAPTURE_UPDATE on a hit: patch the exec with the new capture */
-        CUgraphExecUpdateResultInfo info;
-        memset(&info, 0, sizeof(info));
-        _Atomic uint32_t *gate = gate_enter();
-        r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, fresh_graph, &info));
-        gate_leave(gate);
+        /* CUPOOL_CAPTURE_UPDATE on a hit: patch the exec with the new capture, unless a launch
+         * attribute the driver does not update in place changed (graph_fingerprint): then,
+         * and when the driver refuses the update, instantiate the new capture instead */
+        uint32_t *fp = NULL;
+        size_t nfp = 0;
+        bool fp_known = graph_fingerprint(fresh_graph, &fp, &nfp);
+        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+        if (fp_same(x, fp, nfp, fp_known)) {
+            CUgraphExecUpdateResultInfo info;
+            memset(&info, 0, sizeof(info));
+            _Atomic uint32_t *gate = gate_enter();
+            r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, fresh_graph, &info));
+            gate_leave(gate);
+        }
         if (r == CUDA_SUCCESS) {
             atomic_fetch_add_explicit(&st_updates, 1, CUPOOL_RELAXED);
+            cupool__free(fp, nfp * sizeof(*fp));
         } else {
             failures++;
             objects_destroy(x->exec, NULL, NULL, ctx, ctx_id);
             x->exec = NULL;
             r = instantiate_gated(&x->exec, fresh_graph);
             inst++;
-            if (r != CUDA_SUCCESS)
+            if (r == CUDA_SUCCESS) {
+                exec_fp_set(x, fp, nfp, fp_known);
+            } else {
                 x->exec = NULL;
+                cupool__free(fp, nfp * sizeof(*fp));
+            }
         }
         objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
     }

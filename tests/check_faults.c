@@ -116,6 +116,9 @@ static const struct fault_case cases[] = {
     {"cuStreamEndCapture", {E_DI, E_NI, E_VAL, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED}, GRAPH},
     {"cuEventRecord", {E_DI, E_NI, E_CTX, E_HDL}, GRAPH},
     {"cuEventQuery", {E_DI, E_NI, E_HDL}, GRAPH},
+    {"cuGraphGetNodes", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphNodeGetType", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphKernelNodeGetAttribute", {E_DI, E_NI, E_VAL, E_HDL}, GRAPH},
     /* the eager path (CUPOOL_GRAPH_DISABLE=1) */
     {"cuLaunchKernel", {E_DI, E_NI, E_CTX, E_HDL, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES}, EAGER},
     {"cuMemsetD32Async", {E_DI, E_NI, E_CTX, E_VAL}, EAGER},

@@ -592,6 +592,77 @@ START_TEST(trims_keep_metadata_bounded)
 }
 END_TEST
 
+/* ---- capture updates and launch attributes -------------------------------------------- */
+
+static CUfunction cw_fn;
+static CUdeviceptr cw_out;
+static CUresult (*cw_launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+
+/* The captured work: cluster_width on 8 blocks of 32 threads, in clusters of *user blocks. */
+static CUresult cluster_capture(CUstream s, void *user)
+{
+    CUlaunchAttribute a;
+    memset(&a, 0, sizeof(a));
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = *(unsigned *)user;
+    a.value.clusterDim.y = a.value.clusterDim.z = 1;
+    CUlaunchConfig c;
+    memset(&c, 0, sizeof(c));
+    c.gridDimX = 8, c.gridDimY = c.gridDimZ = 1;
+    c.blockDimX = 32, c.blockDimY = c.blockDimZ = 1;
+    c.hStream = s;
+    c.attrs = &a;
+    c.numAttrs = 1;
+    void *args[] = {&cw_out};
+    return cw_launch_ex(&c, cw_fn, args, NULL);
+}
+
+/* CUPOOL_CAPTURE_UPDATE of a kernel whose thread-block cluster width changes between calls
+ * (2, 2, 4, 4, 1, 8, 8, 2, 1, 1): every block sees the width asked for, every time. The
+ * driver accepts an update with a changed cluster dimension but does not apply it to a
+ * launched exec (seen on an H200), so cupool instantiates afresh exactly when the width
+ * changes and updates when it does not. */
+START_TEST(capture_update_applies_cluster_dimension)
+{
+    tu_setup();
+    if (tu_load_cluster_kernel(&cw_fn) != CUDA_SUCCESS) {
+        printf("cluster capture: this GPU has no thread-block clusters (not run)\n");
+        return;
+    }
+    TU_OK(cupool_driver_get_proc("cuLaunchKernelEx", 11060, (void **)&cw_launch_ex));
+    TU_OK(tu.cuMemAlloc(&cw_out, 8 * 4));
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    static const unsigned widths[] = {2, 2, 4, 4, 1, 8, 8, 2, 1, 1};
+    const int nw = (int)(sizeof(widths) / sizeof(widths[0]));
+    cupool_graph_stats_t before, after;
+    TU_OK(cupool_graph_stats_get(&before));
+    int changes = 0;
+    for (int i = 0; i < nw; i++) {
+        unsigned w = widths[i];
+        changes += i > 0 && widths[i] != widths[i - 1];
+        TU_OK(tu.cuMemsetD32(cw_out, 0, 8));
+        TU_OK(cupool_capture_launch(42, s, cluster_capture, &w, CUPOOL_CAPTURE_UPDATE));
+        TU_OK(tu.cuStreamSynchronize(s));
+        unsigned seen[8];
+        TU_OK(tu.cuMemcpyDtoH(seen, cw_out, sizeof(seen)));
+        for (int b = 0; b < 8; b++)
+            ck_assert_msg(seen[b] == w, "launch %d asked clusters of %u; block %d saw %u", i, w,
+                          b, seen[b]);
+    }
+    TU_OK(cupool_graph_stats_get(&after));
+    printf("cluster capture: %d launches, %llu instantiations, %llu updates, %llu re-"
+           "instantiated for a changed attribute\n",
+           nw, (unsigned long long)(after.instantiations - before.instantiations),
+           (unsigned long long)(after.updates - before.updates),
+           (unsigned long long)(after.update_failures - before.update_failures));
+    ck_assert_uint_eq(after.instantiations - before.instantiations, 1 + (unsigned)changes);
+    ck_assert_uint_eq(after.update_failures - before.update_failures, (unsigned)changes);
+    ck_assert_uint_eq(after.updates - before.updates, (unsigned)(nw - 1 - changes));
+    TU_OK(cupool_stream_release(s));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -604,6 +675,7 @@ int main(void)
     tcase_add_test(tc, class_creation_races_lose_no_index);
     tcase_add_test(tc, context_churn_reclaims_classes);
     tcase_add_test(tc, trims_keep_metadata_bounded);
+    tcase_add_test(tc, capture_update_applies_cluster_dimension);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -67,4 +67,25 @@ static const char tu_kernels_ptx[] =
     "  trap;\n"
     "}\n";
 
+/* A kernel for GPUs with thread-block clusters (sm_90), in a module of its own:
+ *   cluster_width(u64 p)       ((u32 *)p)[blockIdx.x] = the width of the block's cluster
+ *                              (%cluster_nctaid.x; 1 when launched without a cluster) */
+static const char tu_cluster_ptx[] =
+    ".version 7.8\n"
+    ".target sm_90\n"
+    ".address_size 64\n"
+    ".visible .entry cluster_width(.param .u64 p)\n"
+    "{\n"
+    "  .reg .u64 %rd<5>;\n"
+    "  .reg .u32 %r<3>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %cluster_nctaid.x;\n"
+    "  mul.wide.u32 %rd3, %r1, 4;\n"
+    "  add.u64 %rd4, %rd2, %rd3;\n"
+    "  st.global.u32 [%rd4], %r2;\n"
+    "  ret;\n"
+    "}\n";
+
 #endif

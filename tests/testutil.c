@@ -102,6 +102,15 @@ void tu_load_kernels(struct tu_kernels *k)
     TU_OK(tu.cuModuleGetFunction(&k->trap, k->module, "trap"));
 }
 
+CUresult tu_load_cluster_kernel(CUfunction *f)
+{
+    CUmodule m;
+    CUresult r = tu.cuModuleLoadData(&m, tu_cluster_ptx);
+    if (r == CUDA_SUCCESS)
+        r = tu.cuModuleGetFunction(f, m, "cluster_width");
+    return r;
+}
+
 void tu_launch1(CUfunction f, CUstream s, void **args)
 {
     TU_OK(tu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));

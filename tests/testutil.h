@@ -99,6 +99,9 @@ struct tu_kernels {
     CUfunction spin, addone, set_u32, add_u32, trap;
 };
 void tu_load_kernels(struct tu_kernels *k);
+/* The cluster_width kernel (tests/kernels.h) into the current context: CUDA_SUCCESS, or the
+ * driver's error where the GPU has no thread-block clusters (before sm_90). */
+CUresult tu_load_cluster_kernel(CUfunction *f);
 void tu_launch1(CUfunction f, CUstream s, void **args);
 
 /* Statistics of the first class matching kind/flags (priority ignored), or fails the test. */

@@ -134,6 +134,7 @@ struct fc_exec {
     struct fc_queue *last_q; /* the queue of the last launch, and its last operation */
     uint64_t last_seq, last_ready;
     struct fc_graph *src; /* the graph it was instantiated from, while that lives */
+    int launched;         /* launched at least once */
 };
 
 static CUresult capture_to_nodes(struct fc_graph *g);
@@ -226,6 +227,9 @@ struct fc_op {
             void *args[FC_MAX_PARAMS];
             unsigned char *blob;
             size_t blob_len;
+            /* launch attributes (cuLaunchKernelEx, or a kernel node's): 0 when not set */
+            unsigned cluster[3], preferred_cluster[3];
+            int cooperative, cluster_policy, mem_sync_domain, priority;
         } k;
         struct {
             unsigned char *dst;
@@ -324,6 +328,7 @@ static _Thread_local struct fc_ctx *tl_stack[FC_CTX_STACK];
 static _Thread_local int tl_depth;
 static _Thread_local const char *tl_entry = "fakecuda";
 static _Thread_local struct fc_ctx *tl_exec_ctx;
+static _Thread_local unsigned tl_cluster_x; /* cluster width of the kernel running (1: none) */
 static _Thread_local char tl_token;
 
 static const void *tl_self(void) { return &tl_token; }
@@ -364,6 +369,7 @@ static void die(const char *fmt, ...)
     X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)          \
     X(cuMemcpyDtoHAsync) X(cuMemcpyAsync) X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async) \
     X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)          \
+    X(cuLaunchKernelEx) X(cuGraphKernelNodeGetAttribute)                                    \
     X(cuFuncGetParamInfo) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)         \
     X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddHostNode)                    \
     X(cuGraphAddEmptyNode) X(cuGraphAddEventRecordNode) X(cuGraphAddEventWaitNode)           \
@@ -937,6 +943,7 @@ static void run_op(struct fc_op *op, int only_ready)
         break;
     case OP_KERNEL:
         unlock();
+        tl_cluster_x = op->u.k.cluster[0] ? op->u.k.cluster[0] : 1;
         op->u.k.fn(op->u.k.args, op->u.k.grid, op->u.k.block);
         lock();
         break;
@@ -1123,6 +1130,7 @@ static void k_addone(void **args, const unsigned grid[3], const unsigned block[3
 static void k_set_u32(void **args, const unsigned grid[3], const unsigned block[3]);
 static void k_add_u32(void **args, const unsigned grid[3], const unsigned block[3]);
 static void k_trap(void **args, const unsigned grid[3], const unsigned block[3]);
+static void k_cluster_width(void **args, const unsigned grid[3], const unsigned block[3]);
 
 static struct fc_kernel g_kernels[FC_MAX_KERNELS] = {
     {"spin", 1, {8}, k_spin},
@@ -1130,8 +1138,9 @@ static struct fc_kernel g_kernels[FC_MAX_KERNELS] = {
     {"set_u32", 2, {8, 4}, k_set_u32},
     {"add_u32", 2, {8, 4}, k_add_u32},
     {"trap", 0, {0}, k_trap},
+    {"cluster_width", 1, {8}, k_cluster_width},
 };
-static int g_nkernels = 5;
+static int g_nkernels = 6;
 
 static int kernel_find(const char *name)
 {
@@ -1192,6 +1201,16 @@ static void k_add_u32(void **args, const unsigned grid[3], const unsigned block[
     memcpy(&v, args[1], 4);
     if (p)
         *p += v;
+}
+
+/* ((u32 *)p)[block] = the width of the block's thread-block cluster, for every block of the
+ * grid (1 without a cluster), as %cluster_nctaid.x reads on an sm_90 GPU. */
+static void k_cluster_width(void **args, const unsigned grid[3], const unsigned block[3])
+{
+    (void)block;
+    uint32_t *p = kernel_ptr(args[0], 4 * (size_t)grid[0]);
+    for (unsigned b = 0; p && b < grid[0]; b++)
+        p[b] = tl_cluster_x;
 }
 
 /* As on an H200 (driver 580.159): a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and
@@ -2620,6 +2639,74 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
     return leave(submit(s, op, 0));
 }
 
+/* Launch attributes of a kernel launch (cuLaunchKernelEx): the ones the simulation models are
+ * kept on the operation (and, under capture, on the kernel node it becomes); unknown ones are
+ * refused. A cluster dimension must divide the grid. */
+static CUresult launch_attrs(struct fc_op *op, const CUlaunchAttribute *attrs, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const CUlaunchAttributeValue *v = &attrs[i].value;
+        switch (attrs[i].id) {
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+            if (!v->clusterDim.x || !v->clusterDim.y || !v->clusterDim.z ||
+                op->u.k.grid[0] % v->clusterDim.x || op->u.k.grid[1] % v->clusterDim.y ||
+                op->u.k.grid[2] % v->clusterDim.z ||
+                (uint64_t)v->clusterDim.x * v->clusterDim.y * v->clusterDim.z > 8)
+                return CUDA_ERROR_INVALID_VALUE;
+            op->u.k.cluster[0] = v->clusterDim.x;
+            op->u.k.cluster[1] = v->clusterDim.y;
+            op->u.k.cluster[2] = v->clusterDim.z;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+            op->u.k.preferred_cluster[0] = v->preferredClusterDim.x;
+            op->u.k.preferred_cluster[1] = v->preferredClusterDim.y;
+            op->u.k.preferred_cluster[2] = v->preferredClusterDim.z;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+            op->u.k.cooperative = v->cooperative;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+            op->u.k.cluster_policy = (int)v->clusterSchedulingPolicyPreference;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+            op->u.k.mem_sync_domain = (int)v->memSyncDomain;
+            break;
+        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+            op->u.k.priority = v->priority;
+            break;
+        default:
+            return CUDA_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                  void **extra)
+{
+    ENTER(cuLaunchKernelEx, 1);
+    struct fc_function *fn;
+    struct fc_stream *s;
+    if (!config || extra || (config->numAttrs && !config->attrs))
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = get_function(f, &fn);
+    if (r == CUDA_SUCCESS)
+        r = get_stream(config->hStream, &s, 1);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    if (fn->mod->ctx != s->ctx)
+        return leave(CUDA_ERROR_INVALID_HANDLE);
+    const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
+    const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
+    struct fc_op *op;
+    r = kernel_op(fn, grid, block, kernelParams, &op);
+    if (r == CUDA_SUCCESS && (r = launch_attrs(op, config->attrs, config->numAttrs)) != CUDA_SUCCESS)
+        op_free(op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(submit(s, op, 0));
+}
+
 /* ========================================================================================
  * Graphs: node graphs built with cuGraphAdd*Node (or by capture), instantiated into execs.
  * An exec holds one template operation per node in a topological order; a launch queues a
@@ -3112,6 +3199,50 @@ CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
     return leave(r);
 }
 
+/* A kernel node's launch attribute (its value when never set: 0, a cluster of 1 x 1 x 1). */
+CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               CUkernelNodeAttrValue *value_out)
+{
+    ENTER(cuGraphKernelNodeGetAttribute, 1);
+    struct fc_node *n;
+    CUresult r = value_out ? get_node(hNode, &n) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && n->type != CU_GRAPH_NODE_TYPE_KERNEL)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    const struct fc_op *op = n->tmpl;
+    memset(value_out, 0, sizeof *value_out);
+    switch (attr) {
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        value_out->clusterDim.x = op->u.k.cluster[0] ? op->u.k.cluster[0] : 1;
+        value_out->clusterDim.y = op->u.k.cluster[1] ? op->u.k.cluster[1] : 1;
+        value_out->clusterDim.z = op->u.k.cluster[2] ? op->u.k.cluster[2] : 1;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        value_out->preferredClusterDim.x = op->u.k.preferred_cluster[0];
+        value_out->preferredClusterDim.y = op->u.k.preferred_cluster[1];
+        value_out->preferredClusterDim.z = op->u.k.preferred_cluster[2];
+        break;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        value_out->cooperative = op->u.k.cooperative;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        value_out->clusterSchedulingPolicyPreference =
+            (CUclusterSchedulingPolicy)op->u.k.cluster_policy;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        value_out->memSyncDomain = (CUlaunchMemSyncDomain)op->u.k.mem_sync_domain;
+        break;
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        value_out->priority = op->u.k.priority;
+        break;
+    default:
+        r = CUDA_ERROR_INVALID_VALUE;
+        break;
+    }
+    return leave(r);
+}
+
 static void exec_free(struct fc_exec *e)
 {
     struct fc_ctx *c = e->ctx;
@@ -3382,6 +3513,7 @@ static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
     uint64_t not_before = 0;
     if (e->src)
         e->src->exec_launched = 1;
+    e->launched = 1;
     if (e->last_q && e->last_q != s->q && !e->last_q->dead) {
         struct fc_queue *pq = e->last_q; /* still running there: this launch is serialised */
         if ((pq->busy && pq->busy_seq <= e->last_seq) || (pq->head && pq->head->seq <= e->last_seq))
@@ -3505,6 +3637,16 @@ static CUresult exec_set(CUgraphExec hExec, CUgraphNode h, CUgraphNodeType type,
         op_free(op);
         return r;
     }
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) { /* new parameters; the node's attributes stay */
+        struct fc_op *old = e->tmpl[i];
+        memcpy(op->u.k.cluster, old->u.k.cluster, sizeof op->u.k.cluster);
+        memcpy(op->u.k.preferred_cluster, old->u.k.preferred_cluster,
+               sizeof op->u.k.preferred_cluster);
+        op->u.k.cooperative = old->u.k.cooperative;
+        op->u.k.cluster_policy = old->u.k.cluster_policy;
+        op->u.k.mem_sync_domain = old->u.k.mem_sync_domain;
+        op->u.k.priority = old->u.k.priority;
+    }
     op_free(e->tmpl[i]);
     e->tmpl[i] = op;
     return CUDA_SUCCESS;
@@ -3620,8 +3762,20 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
         if (fresh->type[i] != e->type[i]) {
             why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
             resultInfo->errorNode = (CUgraphNode)fresh->node[i];
+        } else if (e->type[i] == CU_GRAPH_NODE_TYPE_KERNEL &&
+                   !fresh->tmpl[i]->u.k.cooperative != !e->tmpl[i]->u.k.cooperative) {
+            /* documented: a cooperative node cannot become non-cooperative, nor the reverse */
+            why = CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED;
+            resultInfo->errorNode = (CUgraphNode)fresh->node[i];
         }
     if (why == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+        for (size_t i = 0; i < e->n; i++) {
+            /* as on an H200 (driver 580.159): the update is accepted, but a changed cluster
+             * dimension is not applied to an exec that has been launched */
+            if (e->launched && e->type[i] == CU_GRAPH_NODE_TYPE_KERNEL)
+                memcpy(fresh->tmpl[i]->u.k.cluster, e->tmpl[i]->u.k.cluster,
+                       sizeof e->tmpl[i]->u.k.cluster);
+        }
         for (size_t i = 0; i < e->n; i++) { /* swap parameters, keep e's node handles */
             struct fc_op *t = e->tmpl[i];
             struct fc_event *v = e->ev[i];
@@ -3849,6 +4003,8 @@ static const struct fc_proc g_procs[] = {
     PROC(cuModuleUnload, 2000, cuModuleUnload),
     PROC(cuModuleGetFunction, 2000, cuModuleGetFunction),
     PROC(cuLaunchKernel, 4000, cuLaunchKernel),
+    PROC(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
+    PROC(cuGraphKernelNodeGetAttribute, 11000, cuGraphKernelNodeGetAttribute),
     PROC(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
     PROC(cuGraphCreate, 10000, cuGraphCreate),
     PROC(cuGraphDestroy, 10000, cuGraphDestroy),

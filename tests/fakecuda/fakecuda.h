@@ -29,6 +29,13 @@
  *    kernel node, and a new value, element size or destination for a memset node;
  *    cuGraphExecUpdate refuses a changed topology; cuFuncGetParamInfo gives naturally
  *    aligned offsets and CUDA_ERROR_INVALID_VALUE past the last parameter;
+ *  - cuLaunchKernelEx takes the launch attributes cluster dimension (which must divide the
+ *    grid), preferred cluster dimension, cooperative, cluster scheduling policy, memory sync
+ *    domain and priority; a capture keeps them on its kernel nodes
+ *    (cuGraphKernelNodeGetAttribute); cuGraphExecUpdate accepts a changed cluster dimension
+ *    but does not apply it to an exec that has been launched (seen on an H200), and refuses a
+ *    changed cooperative attribute (documented); kernel-node parameter updates keep the
+ *    node's attributes;
  *  - a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and breaks every context.
  * Work is executed lazily: a stream's queued operations run in order when the stream, an
  * event recorded on it, or the context is synchronised, when a synchronous copy runs, or when
@@ -131,6 +138,8 @@ typedef void (*fakecuda_kernel_fn)(void **args, const unsigned int grid[3],
  *   add_u32(uint64 ptr, uint32 v)   *(uint32 *)ptr += v
  *   trap()                          poisons every context with CUDA_ERROR_LAUNCH_FAILED (on an
  *                                   H200 a trap leaves the whole process unusable)
+ *   cluster_width(uint64 ptr)       ((uint32 *)ptr)[b] = the launch's cluster width (x; 1
+ *                                   without a cluster) for every block b of the grid
  * Returns 0, or -1 if the table is full or the arguments are bad.
  */
 int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_sizes,
