@@ -1,18 +1,24 @@
-/* SPDX-License-Identifier: MIT */
 /*
- * Metadata allocation. With jemalloc, cupool's own structures live in a private arena
- * (arenas.create), so they neither fragment nor are fragmented by the host's heap, and the
- * host's malloc stays whatever it was: libcupool.so only *links* libjemalloc.so.2, whose
- * malloc comes after libc's in the dynamic linker's search order (the executable's own
- * dependencies, libc among them, are searched before the dependencies of its libraries).
- * Only the shared library (built with -DPIC by libtool) uses jemalloc: a program linking
- * libcupool.a would have to list -ljemalloc itself, and that *could* place jemalloc's malloc
- * before libc's, so the static archive takes its metadata from libc.
+ * Metadata allocation. Where the process can host jemalloc, cupool's own structures live in
+ * a private jemalloc arena (arenas.create), so they neither fragment nor are fragmented by the
+ * host's heap; elsewhere they come from libc. jemalloc is never a link-time dependency: it is
+ * opened with dlopen() at the first allocation (RTLD_LOCAL, so the host's malloc stays
+ * whatever it was, and RTLD_NODELETE, so its thread-exit hooks outlive an unloaded cupool).
+ * A link-time dependency would make libcupool.so itself impossible to load late: Debian's
+ * libjemalloc.so.2 needs 2.6 KB of initial-exec TLS, more than the C library keeps spare
+ * after startup, so Python's ctypes, a plugin host or a pybind11 module failed with "cannot
+ * allocate memory in static TLS block". Now only jemalloc fails to load there (unless it is
+ * in the process already, or GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 makes room),
+ * and cupool takes libc; the statistics header names the allocator and why.
+ * The static archive uses libc (a program linked with it may be static, without dlopen); so
+ * does the preload (it brings nothing into the host process).
  *
  * Every block carries a one-cache-line header that links it into a list of live blocks, so
  * unloading the library (dlclose) can free everything it ever allocated, and the bytes held
  * are known exactly. Allocation is a slow-path event (records come in batches, magazines and
  * thread caches are reused), so the list's mutex is never on an acquire or release fast path.
+ * Lock order: blocks_lock is the innermost lock of cupool (taken under any other, never
+ * holding one).
  */
 #define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE */
 #include "internal.h"
@@ -26,6 +32,7 @@
 #if defined(CUPOOL_HAVE_JEMALLOC) && defined(PIC) && !defined(CUPOOL_BUILDING_PRELOAD)
 #define CUPOOL_USE_JEMALLOC 1
 #include <dlfcn.h>
+/* only the flag macros: every function is looked up in the library opened at run time */
 #include <jemalloc/jemalloc.h>
 #endif
 
@@ -50,18 +57,37 @@ static size_t round_up(size_t size)
 static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
 static unsigned arena_index;
 static int arena_ok;
-static char arena_name[40] = "libc";
+static char arena_name[200] = "libc";
+static void *(*jem_mallocx)(size_t, int);
+static void (*jem_sdallocx)(void *, size_t, int);
+static int (*jem_mallctl)(const char *, void *, size_t *, void *, size_t);
 
+/* Opens jemalloc where the process can host it and creates cupool's arena; else libc, and
+ * arena_name says why. */
 static void arena_create(void)
 {
-    /* jemalloc keeps thread-exit hooks and fork handlers that must outlive libcupool if it is
-     * dlclose()d: pin the already-loaded library so it is never unloaded with us. */
-    dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
-    size_t sz = sizeof(arena_index);
-    if (mallctl("arenas.create", &arena_index, &sz, NULL, 0) == 0) {
-        arena_ok = 1;
-        snprintf(arena_name, sizeof(arena_name), "jemalloc arena %u", arena_index);
+    dlerror();
+    void *h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        const char *why = dlerror();
+        snprintf(arena_name, sizeof(arena_name), "libc (libjemalloc.so.2 not loaded: %.150s)",
+                 why ? why : "unknown reason");
+        return;
     }
+    *(void **)&jem_mallocx = dlsym(h, "mallocx");
+    *(void **)&jem_sdallocx = dlsym(h, "sdallocx");
+    *(void **)&jem_mallctl = dlsym(h, "mallctl");
+    size_t sz = sizeof(arena_index);
+    if (!jem_mallocx || !jem_sdallocx || !jem_mallctl) {
+        snprintf(arena_name, sizeof(arena_name), "libc (libjemalloc.so.2 lacks mallocx)");
+        return;
+    }
+    if (jem_mallctl("arenas.create", &arena_index, &sz, NULL, 0) != 0) {
+        snprintf(arena_name, sizeof(arena_name), "libc (jemalloc refused arenas.create)");
+        return;
+    }
+    arena_ok = 1;
+    snprintf(arena_name, sizeof(arena_name), "jemalloc arena %u", arena_index);
 }
 
 static int arena_flags(void)
@@ -76,7 +102,7 @@ static void *raw_alloc(size_t bytes)
 #ifdef CUPOOL_USE_JEMALLOC
     int flags = arena_flags();
     if (arena_ok)
-        return mallocx(bytes, flags | MALLOCX_ZERO);
+        return jem_mallocx(bytes, flags | MALLOCX_ZERO);
 #endif
     void *p = aligned_alloc(CUPOOL_CACHELINE, bytes);
     if (p)
@@ -88,7 +114,7 @@ static void raw_free(void *p, size_t bytes)
 {
 #ifdef CUPOOL_USE_JEMALLOC
     if (arena_ok) {
-        sdallocx(p, bytes, arena_flags());
+        jem_sdallocx(p, bytes, arena_flags());
         return;
     }
 #endif
@@ -149,7 +175,7 @@ void cupool__alloc_release_all(void)
         /* Every block is gone: hand the arena's own memory back too. */
         char name[64];
         snprintf(name, sizeof(name), "arena.%u.destroy", arena_index);
-        mallctl(name, NULL, NULL, NULL, 0);
+        jem_mallctl(name, NULL, NULL, NULL, 0);
         arena_ok = 0;
     }
 #endif

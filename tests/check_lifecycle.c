@@ -205,12 +205,83 @@ START_TEST(dlclose_destroys_idle_handles_and_frees_memory)
     snprintf(prog, sizeof(prog), "%s/tests/dlclose_child", builddir());
     snprintf(lib, sizeof(lib), "%s/.libs/libcupool.so", builddir());
     char *argv[] = {prog, lib, (char *)"60", NULL};
-    /* A libcupool.so linked with jemalloc needs room in the static TLS block to be loaded
-     * after startup (docs/design.md, Metadata). */
+    /* With room in the static TLS block, libcupool.so opens jemalloc even when loaded after
+     * startup: its arena is created and destroyed at every cycle (docs/design.md, Metadata). */
     const char *env[] = {"GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096", NULL};
     struct outcome o = spawn(argv, env);
     fprintf(stdout, "%s", o.out);
     EXPECT_QUIET_EXIT(o, 0, "dlopen/use/dlclose cycles");
+}
+END_TEST
+
+/* The default build (jemalloc opened at run time, never linked) loads with dlopen() after
+ * startup, with no GLIBC_TUNABLES: jemalloc, which needs more static TLS than is left, is not
+ * loaded there, and the metadata comes from libc. */
+START_TEST(late_dlopen_loads_default_build)
+{
+    char prog[4096], lib[4096];
+    snprintf(prog, sizeof(prog), "%s/tests/dlclose_child", builddir());
+    snprintf(lib, sizeof(lib), "%s/.libs/libcupool.so", builddir());
+    char *argv[] = {prog, lib, (char *)"3", NULL};
+    struct outcome o = spawn(argv, NULL);
+    fprintf(stdout, "%s", o.out);
+    EXPECT_QUIET_EXIT(o, 0, "dlopen after startup");
+}
+END_TEST
+
+/* Python's ctypes loads the default build after the interpreter started, and the library
+ * works through it: a stream from the runtime wrapper (which makes device 0's primary
+ * context current), released; the statistics name the allocator in use. */
+static const char ctypes_script[] =
+    "import ctypes, sys\n"
+    "lib = ctypes.CDLL(sys.argv[1])\n"
+    "assert lib.cupool_init() == 0, 'cupool_init failed'\n"
+    "s = ctypes.c_void_p()\n"
+    "r = lib.cupool_cudaStreamCreate(ctypes.byref(s))\n"
+    "assert r == 0 and s.value, 'cupool_cudaStreamCreate returned %d' % r\n"
+    "lib.cupool_cudaStreamDestroy.argtypes = [ctypes.c_void_p]\n"
+    "assert lib.cupool_cudaStreamDestroy(s) == 0\n"
+    "libc = ctypes.CDLL(None)\n"
+    "libc.fdopen.restype = ctypes.c_void_p\n"
+    "lib.cupool_stats_print.argtypes = [ctypes.c_void_p]\n"
+    "assert lib.cupool_stats_print(libc.fdopen(1, b'w')) == 0\n"
+    "print('ctypes: ok')\n";
+
+START_TEST(python_ctypes_loads_default_build)
+{
+    char lib[4096], script[] = "/tmp/cupool-ctypes-XXXXXX";
+    snprintf(lib, sizeof(lib), "%s/.libs/libcupool.so", builddir());
+    int fd = mkstemp(script);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, ctypes_script, sizeof(ctypes_script) - 1),
+                     (ssize_t)(sizeof(ctypes_script) - 1));
+    close(fd);
+    /* python3 from PATH */
+    static char py[4096];
+    const char *path = getenv("PATH");
+    py[0] = '\0';
+    while (path && *path && !py[0]) {
+        const char *end = strchr(path, ':');
+        size_t n = end ? (size_t)(end - path) : strlen(path);
+        snprintf(py, sizeof(py), "%.*s/python3", (int)n, path);
+        if (n == 0 || access(py, X_OK) != 0)
+            py[0] = '\0';
+        path = end ? end + 1 : NULL;
+    }
+    if (!py[0]) {
+        unlink(script);
+        printf("python_ctypes_loads_default_build: no python3 (not run)\n");
+        return;
+    }
+    char *argv[] = {py, script, lib, NULL};
+    struct outcome o = spawn(argv, NULL);
+    unlink(script);
+    fprintf(stdout, "%s", o.out);
+    ck_assert_msg(o.status == 0, "python3 ctypes: status %d: %s", o.status, o.err);
+    ck_assert_msg(strstr(o.out, "ctypes: ok"), "%s", o.out);
+    /* the statistics say which allocator serves the metadata */
+    ck_assert_msg(strstr(o.out, "from libc") || strstr(o.out, "from jemalloc arena"), "%s",
+                  o.out);
 }
 END_TEST
 
@@ -234,6 +305,8 @@ int main(void)
     TCase *tf = tcase_create("fork_unload");
     tcase_add_test(tf, fork_child_refuses_parent_unaffected_exec_works);
     tcase_add_test(tf, dlclose_destroys_idle_handles_and_frees_memory);
+    tcase_add_test(tf, late_dlopen_loads_default_build);
+    tcase_add_test(tf, python_ctypes_loads_default_build);
     tcase_set_timeout(tf, 300);
     suite_add_tcase(s, tf);
     return tu_run(s);
