@@ -87,7 +87,16 @@
     X(cuGraphGetNodes, 10000, CUresult, (CUgraph g, CUgraphNode * nodes, size_t * n))         \
     X(cuGraphNodeGetType, 10000, CUresult, (CUgraphNode n, CUgraphNodeType * type))          \
     X(cuGraphKernelNodeGetAttribute, 11000, CUresult,                                       \
-      (CUgraphNode n, CUkernelNodeAttrID attr, CUkernelNodeAttrValue * value))
+      (CUgraphNode n, CUkernelNodeAttrID attr, CUkernelNodeAttrValue * value))              \
+    X(cuGraphKernelNodeSetParams, 12000, CUresult,                                          \
+      (CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p))                                    \
+    X(cuGraphMemsetNodeSetParams, 10000, CUresult,                                          \
+      (CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p))                                    \
+    X(cuGraphMemcpyNodeSetParams, 10000, CUresult, (CUgraphNode n, const CUDA_MEMCPY3D *p))  \
+    X(cuGraphHostNodeSetParams, 10000, CUresult,                                            \
+      (CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p))                                      \
+    X(cuGraphEventRecordNodeSetEvent, 11010, CUresult, (CUgraphNode n, CUevent e))          \
+    X(cuGraphEventWaitNodeSetEvent, 11010, CUresult, (CUgraphNode n, CUevent e))
 
 struct cupool__driver {
 #define X(name, version, ret, params) ret(*name) params;

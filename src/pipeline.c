@@ -1609,8 +1609,77 @@ static CUresult template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **n
     return CUDA_SUCCESS;
 }
 
-/* A new exec of e (of graph instead of e's template graph when given), owned by the caller. */
-static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
+static bool kernel_same(const struct pnode *n, const struct pnode *o);
+
+/* Gives the nodes of an exec's own clone of e's template the parameters of the launching
+ * description p, before the clone is instantiated: a template keeps the parameters of the
+ * launch that built it, and nothing of an earlier description may reach an instantiation.
+ * On the H200 (driver 580.159, 2026-12-01) cuGraphInstantiateWithFlags crashed on a graph
+ * whose event node named an event destroyed since (a pooled event, released and trimmed),
+ * while cloning, destroying and launching such graphs did not, and setting a live event
+ * into the clone made it instantiate cleanly. Only the nodes that differ are set (one driver
+ * call each, on the instantiation path only). */
+static CUresult clone_take_params(const struct gentry *e, const struct gexec *x,
+                                  struct cupool_pipeline *p)
+{
+    for (uint32_t i = 0; i < p->n; i++) {
+        const struct pnode *n = &p->nodes[i], *o = &e->tmpl[i];
+        CUresult r = CUDA_SUCCESS;
+        switch (n->type) {
+        case PN_KERNEL: {
+            const struct fninfo *fi = n->u.k.info;
+            if (kernel_same(n, o) &&
+                (!fi->bytes || memcmp(p->args + n->u.k.arg_off, e->tmpl_args + o->u.k.arg_off,
+                                      fi->bytes) == 0))
+                continue;
+            CUDA_KERNEL_NODE_PARAMS kp;
+            kernel_params(n, p->args, p->argv, &kp);
+            r = CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(x->nodes[i], &kp));
+            break;
+        }
+        case PN_MEMSET: {
+            if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
+                continue;
+            CUDA_MEMSET_NODE_PARAMS mp;
+            memset_params(n, &mp);
+            r = CUPOOL_DRV(cupool__drv.cuGraphMemsetNodeSetParams(x->nodes[i], &mp));
+            break;
+        }
+        case PN_MEMCPY: {
+            if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
+                continue;
+            CUDA_MEMCPY3D cp;
+            memcpy_params(n, &cp);
+            r = CUPOOL_DRV(cupool__drv.cuGraphMemcpyNodeSetParams(x->nodes[i], &cp));
+            break;
+        }
+        case PN_RECORD:
+        case PN_WAIT:
+            if (n->u.ev.ev == o->u.ev.ev)
+                continue;
+            r = n->type == PN_RECORD
+                    ? CUPOOL_DRV(cupool__drv.cuGraphEventRecordNodeSetEvent(x->nodes[i], n->u.ev.ev))
+                    : CUPOOL_DRV(cupool__drv.cuGraphEventWaitNodeSetEvent(x->nodes[i], n->u.ev.ev));
+            break;
+        default: {
+            if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
+                continue;
+            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
+            r = CUPOOL_DRV(cupool__drv.cuGraphHostNodeSetParams(x->nodes[i], &hp));
+            break;
+        }
+        }
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "setting node %u of a new exec's graph failed", i);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* A new exec of e, owned by the caller: of graph when given (a capture's own), else of a
+ * clone of e's template carrying the parameters of p (the launching pipeline; NULL: the
+ * template's own, as when p built it). */
+static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
+                            struct gexec **out)
 {
     struct gexec *x = exec_struct_get();
     if (!x)
@@ -1628,6 +1697,8 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
         if (r == CUDA_SUCCESS) {
             x->nnodes = e->n;
             graph = x->graph;
+            if (p)
+                r = clone_take_params(e, x, p);
         }
     }
     uint32_t *fp = NULL;
@@ -1657,9 +1728,10 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
         exec_struct_put_locked(x);
         return r;
     }
-    /* its parameters are the template's */
-    if (!grow((void **)&x->snap, &x->snap_cap, e->n, sizeof(*x->snap)) ||
-        !grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1)) {
+    /* its parameters are p's, or the template's */
+    if (p ? !snapshot(x, p)
+          : (!grow((void **)&x->snap, &x->snap_cap, e->n, sizeof(*x->snap)) ||
+             !grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1))) {
         objects_destroy(x->exec, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
         cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
@@ -1668,18 +1740,20 @@ static CUresult exec_new_of(struct gentry *e, CUgraph graph, struct gexec **out)
         exec_struct_put_locked(x);
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
     }
-    if (e->n)
-        memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
-    if (e->tmpl_alen)
-        memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
-    x->snap_alen = e->tmpl_alen;
+    if (!p) {
+        if (e->n)
+            memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
+        if (e->tmpl_alen)
+            memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
+        x->snap_alen = e->tmpl_alen;
+    }
     *out = x;
     return CUDA_SUCCESS;
 }
 
 static CUresult exec_new(struct gentry *e, struct gexec **out)
 {
-    return exec_new_of(e, NULL, out);
+    return exec_new_of(e, NULL, NULL, out);
 }
 
 /* A new entry for the pipeline: template graph and a first exec (owned by the caller). Not
@@ -1946,7 +2020,10 @@ static bool graphs_supported_now(void)
            cupool__drv.cuGraphExecHostNodeSetParams &&
            cupool__drv.cuGraphExecEventRecordNodeSetEvent &&
            cupool__drv.cuGraphExecEventWaitNodeSetEvent && cupool__drv.cuEventQuery &&
-           cupool__drv.cuEventRecord && cupool__drv.cuGraphDestroy;
+           cupool__drv.cuEventRecord && cupool__drv.cuGraphDestroy &&
+           cupool__drv.cuGraphKernelNodeSetParams && cupool__drv.cuGraphMemsetNodeSetParams &&
+           cupool__drv.cuGraphMemcpyNodeSetParams && cupool__drv.cuGraphHostNodeSetParams &&
+           cupool__drv.cuGraphEventRecordNodeSetEvent && cupool__drv.cuGraphEventWaitNodeSetEvent;
 }
 
 /* The driver table is fixed once the library runs: look once. */
@@ -2103,9 +2180,10 @@ static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgra
 /* A new exec for a launch that found none free (of graph, or of e's template graph), busy;
  * *one_off when the entry is at CUPOOL_GRAPH_EXECS_MAX (then used once and destroyed). On
  * failure the entry is released. */
-static CUresult exec_add(struct gentry *e, CUgraph graph, struct gexec **x, bool *one_off)
+static CUresult exec_add(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
+                         struct gexec **x, bool *one_off)
 {
-    CUresult r = exec_new_of(e, graph, x);
+    CUresult r = exec_new_of(e, graph, p, x);
     pthread_mutex_lock(&cache_lock);
     /* a place exec_pick reserved (this launch's, or one another launch will not need now) */
     bool place = e->npending > 0 && e->nexecs < execs_max();
@@ -2282,7 +2360,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     p->last_ctx_id = ctx_id;
     bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
     if (!x) {
-        r = exec_add(e, NULL, &x, &one_off);
+        r = exec_add(e, NULL, p, &x, &one_off);
         if (r != CUDA_SUCCESS) {
             count_launch(inst, 0, 0);
             return r;
@@ -2293,11 +2371,12 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     uint64_t updated = 0;
     bool unchanged = false;
     if (!exec_update(e, x, p, &updated, &unchanged)) {
-        /* the driver refused an update: instantiate this exec afresh and try once more */
+        /* the driver refused an update (on the H200 an event node whose event was destroyed
+         * since is refused): instantiate this exec afresh, from a fresh clone (the old one has
+         * a launched exec, see exec_new_of) carrying this launch's parameters */
         failures++;
         objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id); /* its launches run on */
         x->exec = NULL;
-        /* from a fresh clone: the old one has a launched exec (see exec_new_of) */
         CUgraph clone = NULL;
         CUgraphNode *nodes = NULL;
         r = template_clone(e, &clone, &nodes);
@@ -2307,21 +2386,17 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
             x->graph = clone;
             x->nodes = nodes;
             x->nnodes = e->n;
-            r = instantiate_gated(&x->exec, x->graph);
+            r = clone_take_params(e, x, p);
+            if (r == CUDA_SUCCESS)
+                r = instantiate_gated(&x->exec, x->graph);
         }
         inst++;
-        if (r == CUDA_SUCCESS) {
-            memcpy(x->snap, e->tmpl, e->n * sizeof(*e->tmpl));
-            if (e->tmpl_alen)
-                memcpy(x->snap_args, e->tmpl_args, e->tmpl_alen);
-            x->snap_alen = e->tmpl_alen;
-            x->snap_owner = NULL;
-            x->launched = false;
-            if (!exec_update(e, x, p, &updated, &unchanged))
-                r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-        } else {
+        updated = 0;
+        unchanged = false; /* the snapshot below records this launch's parameters */
+        x->snap_owner = NULL;
+        x->launched = false;
+        if (r != CUDA_SUCCESS)
             x->exec = NULL;
-        }
     }
     bool launched = false, recorded = false;
     if (r == CUDA_SUCCESS) {
@@ -2610,7 +2685,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     bool one_off = false;
     if (!x) {
         /* a new exec: from this call's capture when there is one (no update needed) */
-        r = exec_add(e, fresh_graph, &x, &one_off);
+        r = exec_add(e, fresh_graph, NULL, &x, &one_off);
         objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
         fresh_graph = NULL;
         if (r != CUDA_SUCCESS) {

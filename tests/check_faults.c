@@ -117,6 +117,12 @@ static const struct fault_case cases[] = {
     {"cuEventRecord", {E_DI, E_NI, E_CTX, E_HDL}, GRAPH},
     {"cuEventQuery", {E_DI, E_NI, E_HDL}, GRAPH},
     {"cuGraphGetNodes", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphKernelNodeSetParams", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphMemsetNodeSetParams", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphMemcpyNodeSetParams", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphHostNodeSetParams", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphEventRecordNodeSetEvent", {E_DI, E_NI, E_VAL}, GRAPH},
+    {"cuGraphEventWaitNodeSetEvent", {E_DI, E_NI, E_VAL}, GRAPH},
     {"cuGraphNodeGetType", {E_DI, E_NI, E_VAL}, GRAPH},
     {"cuGraphKernelNodeGetAttribute", {E_DI, E_NI, E_VAL, E_HDL}, GRAPH},
     /* the eager path (CUPOOL_GRAPH_DISABLE=1) */
@@ -278,10 +284,12 @@ static CUresult capture_set(CUstream s, void *user)
 
 /*
  * Pipelines of every node kind (kernel, memset, memcpy, event record and wait, host, an
- * explicit dependency) launched on three streams with CUPOOL_GRAPH_EXECS_MAX=2 (so launches
- * record completion events and share execs), twice with changed parameters (updates of every
- * node kind), a DOT print, captures replayed and updated, and a change of structure. strict:
- * every call must succeed and every result is checked. Returns the failed calls.
+ * explicit dependency) launched on three streams with CUPOOL_GRAPH_EXECS_MAX=3, then with
+ * changed parameters on those (updates of every node kind) and on a fourth stream (past the
+ * limit: an exec instantiated for that launch from a clone given its parameters; launches
+ * record completion events and share execs from then on), a DOT print, captures replayed
+ * and updated, and a change of structure. strict: every call must succeed and every result
+ * is checked. Returns the failed calls.
  */
 static int graph_workload(int strict, unsigned salt)
 {
@@ -297,10 +305,10 @@ static int graph_workload(int strict, unsigned salt)
                           "%s returned an unknown code %d", #call, (int)r_);                \
         }                                                                                   \
     } while (0)
-    CUstream s[3] = {0};
+    CUstream s[4] = {0};
     CUevent ev[2] = {0};
     cupool_pipeline_t p = NULL;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         GSTEP(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0));
     for (int i = 0; i < 2; i++)
         GSTEP(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
@@ -327,7 +335,7 @@ static int graph_workload(int strict, unsigned salt)
         if (round == 2) /* another structure: one node more */
             GSTEP(cupool_pipeline_kernel(p, gk.addone, 1, 1, 1, 1, 1, 1, 0,
                                          (void *[]){&gmem}, NULL));
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < (round ? 4 : 3); i++) {
             CUresult r = s[i] ? cupool_pipeline_launch(p, s[i]) : CUDA_ERROR_INVALID_HANDLE;
             GSTEP(r);
             if (r == CUDA_SUCCESS)
@@ -363,7 +371,7 @@ static int graph_workload(int strict, unsigned salt)
     for (int i = 0; i < 2; i++)
         if (ev[i])
             GSTEP(cupool_event_release(ev[i]));
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (s[i])
             GSTEP(cupool_stream_release(s[i]));
 #undef GSTEP
@@ -434,12 +442,12 @@ static void check_no_handle_leak(const char *when)
                   fk.live_graphs(), fk.live_execs());
 }
 
-/* tu_setup() with the sweep's configuration: two execs per cached signature (so launches on
- * three streams record completion events and share execs), the eager path for its entry
- * points; kernels loaded, device memory for the pipelines' results. */
+/* tu_setup() with the sweep's configuration: three execs per cached signature (a fourth
+ * stream goes past the limit), the eager path for its entry points; kernels loaded, device
+ * memory for the pipelines' results. */
 static void sweep_setup(const struct fault_case *fc)
 {
-    setenv("CUPOOL_GRAPH_EXECS_MAX", "2", 1);
+    setenv("CUPOOL_GRAPH_EXECS_MAX", "3", 1);
     if (fc->kind == EAGER)
         setenv("CUPOOL_GRAPH_DISABLE", "1", 1);
     graphs_used = fc->kind != EAGER;

@@ -939,6 +939,44 @@ START_TEST(buried_exec_kept_while_its_context_cannot_be_told)
 }
 END_TEST
 
+/* A pipeline's event destroyed after its launch, the same structure described again with a
+ * new event: a new exec (another stream) and the old one (updated) both run it right. The
+ * cached template graph still names the first event: on the H200, instantiating a graph whose
+ * event node names a destroyed event crashed the driver, and updating an exec's event node
+ * over one was refused (CUDA_ERROR_INVALID_VALUE). */
+static void record_pipeline(cupool_pipeline_t p, CUevent ev, unsigned v)
+{
+    TU_OK(cupool_pipeline_reset(p));
+    void *args[] = {&mem, &v};
+    TU_OK(cupool_pipeline_kernel(p, k.set_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    TU_OK(cupool_pipeline_event_record(p, ev, NULL));
+}
+
+START_TEST(destroyed_event_never_reaches_an_instantiation)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    CUevent e1, e2;
+    TU_OK(tu.cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+    record_pipeline(p, e1, 5);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(tu.cuEventDestroy(e1));
+    TU_OK(tu.cuEventCreate(&e2, CU_EVENT_DISABLE_TIMING));
+    record_pipeline(p, e2, 6);
+    TU_OK(cupool_pipeline_launch(p, s2)); /* a new exec, from the template's clone */
+    TU_OK(tu.cuEventSynchronize(e2));
+    ck_assert_uint_eq(counter(0), 6);
+    record_pipeline(p, e2, 7);
+    TU_OK(cupool_pipeline_launch(p, s1)); /* the first exec: its event node named e1 */
+    TU_OK(tu.cuEventSynchronize(e2));
+    ck_assert_uint_eq(counter(0), 7);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_trim()); /* the cached graphs (naming e1 and e2) go */
+    TU_OK(tu.cuEventDestroy(e2));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -959,6 +997,7 @@ int main(void)
     tcase_add_test(tc, bad_input);
     tcase_add_test(tc, trim_during_repeat_launches);
     tcase_add_test(tc, identical_nodes_across_a_trim_need_no_update);
+    tcase_add_test(tc, destroyed_event_never_reaches_an_instantiation);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
     tcase_add_test(env, eviction_keeps_results_right);

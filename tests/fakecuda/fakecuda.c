@@ -370,6 +370,9 @@ static void die(const char *fmt, ...)
     X(cuMemcpyDtoHAsync) X(cuMemcpyAsync) X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async) \
     X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)          \
     X(cuLaunchKernelEx) X(cuGraphKernelNodeGetAttribute)                                    \
+    X(cuGraphKernelNodeSetParams) X(cuGraphMemsetNodeSetParams) X(cuGraphMemcpyNodeSetParams) \
+    X(cuGraphHostNodeSetParams) X(cuGraphEventRecordNodeSetEvent)                           \
+    X(cuGraphEventWaitNodeSetEvent)                                                         \
     X(cuFuncGetParamInfo) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)         \
     X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddHostNode)                    \
     X(cuGraphAddEmptyNode) X(cuGraphAddEventRecordNode) X(cuGraphAddEventWaitNode)           \
@@ -3171,6 +3174,110 @@ static CUresult add_dependencies(CUgraph hGraph, const CUgraphNode *from, const 
     return r;
 }
 
+/* ---- setting a graph node's parameters (not an exec's): kind must match; a kernel node keeps
+ * its launch attributes; setting a live event over one destroyed since is fine (as on an
+ * H200) ---- */
+
+static CUresult node_set_op(CUgraphNode h, CUgraphNodeType type, struct fc_op *op)
+{
+    struct fc_node *n;
+    CUresult r = get_node(h, &n);
+    if (r == CUDA_SUCCESS && n->type != type)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS) {
+        op_free(op);
+        return r;
+    }
+    if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
+        struct fc_op *old = n->tmpl;
+        memcpy(op->u.k.cluster, old->u.k.cluster, sizeof op->u.k.cluster);
+        memcpy(op->u.k.preferred_cluster, old->u.k.preferred_cluster,
+               sizeof op->u.k.preferred_cluster);
+        op->u.k.cooperative = old->u.k.cooperative;
+        op->u.k.cluster_policy = old->u.k.cluster_policy;
+        op->u.k.mem_sync_domain = old->u.k.mem_sync_domain;
+        op->u.k.priority = old->u.k.priority;
+    }
+    op_free(n->tmpl);
+    n->tmpl = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode hNode,
+                                               const CUDA_KERNEL_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphKernelNodeSetParams, 1);
+    struct fc_node *n;
+    struct fc_op *op = NULL;
+    CUresult r = get_node(hNode, &n);
+    if (r == CUDA_SUCCESS)
+        r = nodeParams ? kernel_node_op(n->g, nodeParams, &op) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_set_op(hNode, CU_GRAPH_NODE_TYPE_KERNEL, op));
+}
+
+CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode hNode,
+                                            const CUDA_MEMSET_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphMemsetNodeSetParams, 1);
+    struct fc_op *op = NULL;
+    CUresult r = memset_node_op(nodeParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_set_op(hNode, CU_GRAPH_NODE_TYPE_MEMSET, op));
+}
+
+CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode hNode, const CUDA_MEMCPY3D *nodeParams)
+{
+    ENTER(cuGraphMemcpyNodeSetParams, 1);
+    struct fc_op *op = NULL;
+    CUresult r = memcpy_node_op(nodeParams, &op);
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    return leave(node_set_op(hNode, CU_GRAPH_NODE_TYPE_MEMCPY, op));
+}
+
+CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    ENTER(cuGraphHostNodeSetParams, 1);
+    if (!nodeParams || !nodeParams->fn)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    struct fc_op *op = host_op_new(nodeParams->fn, nodeParams->userData);
+    if (!op)
+        return leave(CUDA_ERROR_OUT_OF_MEMORY);
+    return leave(node_set_op(hNode, CU_GRAPH_NODE_TYPE_HOST, op));
+}
+
+static CUresult node_set_event(CUgraphNode h, CUevent event, CUgraphNodeType type)
+{
+    struct fc_node *n;
+    struct fc_event *ev;
+    CUresult r = get_node(h, &n);
+    if (r == CUDA_SUCCESS)
+        r = get_event(event, &ev, 0);
+    if (r == CUDA_SUCCESS && (n->type != type || ev->ctx != n->g->ctx))
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    ev->refs++;
+    event_unref(n->ev);
+    n->ev = ev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    ENTER(cuGraphEventRecordNodeSetEvent, 1);
+    return leave(node_set_event(hNode, event, CU_GRAPH_NODE_TYPE_EVENT_RECORD));
+}
+
+CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
+{
+    ENTER(cuGraphEventWaitNodeSetEvent, 1);
+    return leave(node_set_event(hNode, event, CU_GRAPH_NODE_TYPE_WAIT_EVENT));
+}
+
 CUresult CUDAAPI cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
     ENTER(cuGraphGetNodes, 1);
@@ -3342,6 +3449,11 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
                 e->dep_index[k++] = pos[x->deps[j]->index];
             if (x->tmpl && !(e->tmpl[i] = op_clone(x->tmpl)))
                 r = CUDA_ERROR_OUT_OF_MEMORY;
+            if (x->ev && x->ev->h.state != ST_LIVE)
+                die("instantiating a graph whose event node names event %p, destroyed since "
+                    "(on an H200 cuGraphInstantiateWithFlags crashed; cloning, destroying and "
+                    "launching did not)",
+                    (void *)x->ev);
             if (x->ev) {
                 e->ev[i] = x->ev;
                 x->ev->refs++;
@@ -3714,6 +3826,9 @@ static CUresult exec_set_event(CUgraphExec hExec, CUgraphNode h, CUevent event,
     long i = r == CUDA_SUCCESS ? exec_pos(x, h) : -1;
     if (r == CUDA_SUCCESS && (i < 0 || x->type[i] != type || ev->ctx != x->ctx))
         r = CUDA_ERROR_INVALID_VALUE;
+    /* as on an H200: the node's event destroyed since, the update is refused */
+    if (r == CUDA_SUCCESS && x->ev[i]->h.state != ST_LIVE)
+        r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return r;
     ev->refs++;
@@ -4005,6 +4120,12 @@ static const struct fc_proc g_procs[] = {
     PROC(cuLaunchKernel, 4000, cuLaunchKernel),
     PROC(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
     PROC(cuGraphKernelNodeGetAttribute, 11000, cuGraphKernelNodeGetAttribute),
+    PROC(cuGraphKernelNodeSetParams, 12000, cuGraphKernelNodeSetParams_v2),
+    PROC(cuGraphMemsetNodeSetParams, 10000, cuGraphMemsetNodeSetParams),
+    PROC(cuGraphMemcpyNodeSetParams, 10000, cuGraphMemcpyNodeSetParams),
+    PROC(cuGraphHostNodeSetParams, 10000, cuGraphHostNodeSetParams),
+    PROC(cuGraphEventRecordNodeSetEvent, 11010, cuGraphEventRecordNodeSetEvent),
+    PROC(cuGraphEventWaitNodeSetEvent, 11010, cuGraphEventWaitNodeSetEvent),
     PROC(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
     PROC(cuGraphCreate, 10000, cuGraphCreate),
     PROC(cuGraphDestroy, 10000, cuGraphDestroy),

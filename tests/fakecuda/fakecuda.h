@@ -14,7 +14,9 @@
  *    cuCtxGetId(NULL) on a thread whose current context was reset returns
  *    CUDA_ERROR_CONTEXT_IS_DESTROYED;
  *  - any call on a stream or event of a reset context, or on a destroyed handle, crashes the
- *    real driver: the simulation aborts with a message naming the call instead;
+ *    real driver: the simulation aborts with a message naming the call instead; so does
+ *    instantiating (or launching) a graph whose event node names an event destroyed since
+ *    (cuGraphInstantiateWithFlags crashed on an H200);
  *  - cuGetProcAddress_v2 returns CUDA_SUCCESS with status SYMBOL_NOT_FOUND (unknown name) or
  *    VERSION_NOT_SUFFICIENT (version older than the entry point), pfn NULL;
  *  - stream priorities range from 0 (least) to -5 (greatest); out-of-range values are clamped;
