@@ -102,6 +102,32 @@ START_TEST(stream_double_release_rejected)
 }
 END_TEST
 
+/* What a release catches, and the limit docs/reliability.md states ("What a release can and
+ * cannot catch"): a second release of a handle cupool holds idle is refused, however often;
+ * once the value was handed out again, a stale second release cannot be told from the new
+ * owner's and is taken as it, and the new owner's own release is the one refused. */
+START_TEST(release_checks_and_their_limits)
+{
+    CUstream a, b;
+    CUevent e;
+    TU_OK(cupool_stream_acquire(&a, 0, 0));
+    TU_OK(cupool_stream_release(a));
+    for (int i = 0; i < 3; i++) /* idle: refused, nothing changes */
+        TU_EQ(cupool_stream_release(a), CUDA_ERROR_INVALID_HANDLE);
+    TU_EQ(cupool_event_release((CUevent)a), CUDA_ERROR_INVALID_HANDLE); /* not an event */
+    TU_OK(cupool_stream_acquire(&b, 0, 0));
+    ck_assert_ptr_eq(a, b);                 /* the same value, now b's owner's */
+    TU_OK(cupool_stream_release(a));        /* the stale release: taken as b's */
+    TU_EQ(cupool_stream_release(b), CUDA_ERROR_INVALID_HANDLE); /* b's own: refused */
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, 0);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_eq(st.idle, 1);
+    TU_OK(cupool_event_acquire(&e, 0));
+    TU_OK(cupool_event_release(e));
+    TU_EQ(cupool_event_release(e), CUDA_ERROR_INVALID_HANDLE);
+}
+END_TEST
+
 START_TEST(stream_foreign_release_rejected)
 {
     CUstream mine;
@@ -911,6 +937,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, stream_ownership_exclusive);
     tcase_add_test(tc, stream_bad_arguments);
     tcase_add_test(tc, stream_double_release_rejected);
+    tcase_add_test(tc, release_checks_and_their_limits);
     tcase_add_test(tc, stream_foreign_release_rejected);
     tcase_add_test(tc, stream_priority_clamped_into_one_class);
     tcase_add_test(tc, stream_flags_are_separate_classes);
