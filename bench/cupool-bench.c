@@ -13,7 +13,10 @@
  *   driver        cuStreamCreateWithPriority + cuStreamDestroy (cuEventCreate + cuEventDestroy)
  *   cupool        cupool_stream_acquire + cupool_stream_release (current-context API)
  *   pool          cupool_stream_pool_acquire + cupool_stream_pool_release (explicit pool)
- *   pool-vouched  the same, released with CUPOOL_RELEASE_NOT_CAPTURING (streams only)
+ *   pool-vouched  the same, released with CUPOOL_RELEASE_NOT_CAPTURING (streams only); an
+ *                 explicit pool checks its context (cuCtxGetId) on every acquire
+ *   pool-promised pools made with CUPOOL_POOL_CONTEXT_OUTLIVES, streams released vouched:
+ *                 the check-free hit (no driver call at all)
  * `calls` times the driver calls cupool's hot paths make (cuCtxGetId, cuStreamIsCapturing),
  * and cuCtxGetCurrent for comparison, per call and per thread, so a table's figures can be
  * split into driver time and cupool's own; and, as a yardstick of the machine, a pop and push
@@ -42,8 +45,9 @@
 
 enum kind { STREAMS, EVENTS, CALLS };
 int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label);
-enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_COUNT };
-static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched"};
+enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_POOL_PROMISED, M_COUNT };
+static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched",
+                                                  "pool-promised"};
 enum call { C_GET_CURRENT, C_GET_ID_NULL, C_GET_ID_CTX, C_IS_CAPTURING, C_LOCAL, C_COUNT };
 static const char *const call_names[C_COUNT] = {"cuCtxGetCurrent", "cuCtxGetId(NULL)",
                                                 "cuCtxGetId(ctx)", "cuStreamIsCapturing",
@@ -66,8 +70,8 @@ static struct {
 } drv;
 
 static CUcontext ctx;
-static cupool_stream_pool_t stream_pool;
-static cupool_event_pool_t event_pool;
+static cupool_stream_pool_t stream_pool, promised_stream_pool;
+static cupool_event_pool_t event_pool, promised_event_pool;
 static long pairs = 1000000, driver_pairs = 2000;
 static int repeats = 5;
 static int simulated;
@@ -152,9 +156,14 @@ static CUresult run_pairs(enum kind k, enum method m, long n)
                 if ((r = cupool_stream_pool_acquire(stream_pool, &s)) == CUDA_SUCCESS)
                     r = cupool_stream_pool_release(stream_pool, s, 0);
                 break;
-            default:
+            case M_POOL_VOUCHED:
                 if ((r = cupool_stream_pool_acquire(stream_pool, &s)) == CUDA_SUCCESS)
                     r = cupool_stream_pool_release(stream_pool, s, CUPOOL_RELEASE_NOT_CAPTURING);
+                break;
+            default:
+                if ((r = cupool_stream_pool_acquire(promised_stream_pool, &s)) == CUDA_SUCCESS)
+                    r = cupool_stream_pool_release(promised_stream_pool, s,
+                                                   CUPOOL_RELEASE_NOT_CAPTURING);
                 break;
             }
         } else {
@@ -167,6 +176,10 @@ static CUresult run_pairs(enum kind k, enum method m, long n)
             case M_CUPOOL:
                 if ((r = cupool_event_acquire(&e, EVENT_FLAGS)) == CUDA_SUCCESS)
                     r = cupool_event_release(e);
+                break;
+            case M_POOL_PROMISED:
+                if ((r = cupool_event_pool_acquire(promised_event_pool, &e)) == CUDA_SUCCESS)
+                    r = cupool_event_pool_release(promised_event_pool, e);
                 break;
             default:
                 if ((r = cupool_event_pool_acquire(event_pool, &e)) == CUDA_SUCCESS)
@@ -335,6 +348,11 @@ static void setup_driver(int json)
     CHECK(drv.cuCtxSetCurrent(ctx));
     CHECK(cupool_stream_pool_get(&stream_pool, ctx, STREAM_FLAGS, 0));
     CHECK(cupool_event_pool_get(&event_pool, ctx, EVENT_FLAGS));
+    /* the benchmark never resets or destroys ctx while it runs: the promise holds */
+    CHECK(cupool_stream_pool_get(&promised_stream_pool, ctx,
+                                 STREAM_FLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES, 0));
+    CHECK(cupool_event_pool_get(&promised_event_pool, ctx,
+                                EVENT_FLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES));
 }
 
 /* ---- main ---- */
@@ -464,7 +482,9 @@ int main(int argc, char **argv)
         if (!kinds[k])
             continue;
         int calls = k == CALLS;
-        int nmethods = calls ? C_COUNT : k == STREAMS ? M_COUNT : M_POOL + 1;
+        int nmethods = calls ? C_COUNT : M_COUNT;
+        /* events have no vouched release */
+#define SKIP(m) (!calls && k == EVENTS && (m) == M_POOL_VOUCHED)
         const char *const *names = calls ? call_names : method_names;
         double med[16][(int)C_COUNT > (int)M_COUNT ? (int)C_COUNT : (int)M_COUNT];
         if (!json) {
@@ -474,8 +494,11 @@ int main(int argc, char **argv)
                 printf("\n%s%s\n", kind_names[k], label);
             printf("%7s", "threads");
             for (int m = 0; m < nmethods; m++)
-                printf(" %*s", calls ? 22 : 13, names[m]);
+                if (!SKIP(m))
+                    printf(" %*s", calls ? 22 : 13, names[m]);
             for (int m = 1; !calls && m < nmethods; m++) {
+                if (SKIP(m))
+                    continue;
                 char head[24];
                 snprintf(head, sizeof(head), "%s x", names[m]);
                 printf(" %15s", head);
@@ -484,6 +507,8 @@ int main(int argc, char **argv)
         }
         for (int ti = 0; ti < nthreads; ti++) {
             for (int m = 0; m < nmethods; m++) {
+                if (SKIP(m))
+                    continue;
                 double rep[1000];
                 for (int r = 0; r < repeats; r++)
                     rep[r] = measure((enum kind)k, (enum method)m, threads[ti]);
@@ -504,8 +529,11 @@ int main(int argc, char **argv)
             if (!json) {
                 printf("%7d", threads[ti]);
                 for (int m = 0; m < nmethods; m++)
-                    printf(" %*.1f", calls ? 22 : 13, med[ti][m]);
+                    if (!SKIP(m))
+                        printf(" %*.1f", calls ? 22 : 13, med[ti][m]);
                 for (int m = 1; !calls && m < nmethods; m++) {
+                    if (SKIP(m))
+                        continue;
                     double x = med[ti][M_DRIVER] / med[ti][m];
                     printf(" %14.*fx", x < 10 ? 2 : 0, x);
                 }
@@ -517,12 +545,14 @@ int main(int argc, char **argv)
             printf("per-thread cost at %d threads / at %d thread%s:", threads[nthreads - 1],
                    threads[0], threads[0] == 1 ? "" : "s");
             for (int m = 0; m < nmethods; m++)
-                printf(" %s %.2f%s", names[m], med[nthreads - 1][m] / med[0][m],
-                       m + 1 < nmethods ? "," : "\n");
+                if (!SKIP(m))
+                    printf(" %s %.2f%s", names[m], med[nthreads - 1][m] / med[0][m],
+                           m + 1 < nmethods ? "," : "\n");
             if (!calls)
                 printf("(\"cupool x\" etc.: speedup over the driver at the same thread count)\n");
         }
     }
+#undef SKIP
     if (json)
         printf("]}\n");
     if (graphs)
