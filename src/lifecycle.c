@@ -258,50 +258,32 @@ static _Atomic bool init_permanent; /* FAILED for good */
  * held, by a thread that does not exist there. So in a forked child cupool takes no lock at
  * all: every public call checks the state first and refuses with CUDA_ERROR_NOT_PERMITTED
  * (its message is written to the thread's own TLS, see cupool__fail), and nothing is freed
- * at the child's exit. The one lock a child may still take is the initialisation lock (a
- * child of a parent that never initialised cupool may use it afresh): the prepare handler
- * holds it across fork(), so no child inherits an initialisation half done. The handlers are
- * registered before that lock is first taken. */
-static _Atomic(pthread_t) init_owner;  /* the thread holding init_lock, if init_held */
-static _Atomic bool init_held;
-static bool fork_took_init_lock;       /* written by the forking thread only */
+ * at the child's exit. The one lock a child may take is the initialisation lock, when the
+ * parent never initialised cupool (the child may then use it afresh); so a child forked while
+ * any thread was entering, or inside, an initialisation is FORKED too. init_entering counts
+ * those threads; it is raised before the lock is taken, so no fork can fall between the two.
+ * (The child handler takes no lock: a prepare handler taking init_lock would order it after
+ * the driver's own fork handlers, the reverse of initialisation's order, a deadlock.) */
+static _Atomic unsigned init_entering;
 
 static void init_lock_take(void)
 {
+    atomic_fetch_add(&init_entering, 1);
     pthread_mutex_lock(&init_lock);
-    atomic_store(&init_owner, pthread_self());
-    atomic_store(&init_held, true);
 }
 
 static void init_lock_drop(void)
 {
-    atomic_store(&init_held, false);
     pthread_mutex_unlock(&init_lock);
-}
-
-static void at_fork_prepare(void)
-{
-    /* not when this very thread is initialising (a fork from inside the driver's load) */
-    fork_took_init_lock =
-        !(atomic_load(&init_held) && pthread_equal(atomic_load(&init_owner), pthread_self()));
-    if (fork_took_init_lock)
-        init_lock_take();
-}
-
-static void at_fork_parent(void)
-{
-    if (fork_took_init_lock)
-        init_lock_drop();
+    atomic_fetch_sub(&init_entering, 1);
 }
 
 static void at_fork_child(void)
 {
-    if (fork_took_init_lock)
-        init_lock_drop();
     /* The child shares no usable CUDA state with its parent (the driver refuses every call
      * there too); cupool's pools hold the parent's handles, so they are abandoned unused. A
      * parent that never tried to initialise leaves the child free to start afresh. */
-    if (cupool__state_now() != CUPOOL_ST_UNINIT)
+    if (cupool__state_now() != CUPOOL_ST_UNINIT || atomic_load(&init_entering) != 0)
         atomic_store(&cupool__state, CUPOOL_ST_FORKED);
 }
 
@@ -309,9 +291,8 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void fork_handlers_register(void)
 {
-    pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child);
+    pthread_atfork(NULL, NULL, at_fork_child);
 }
-
 
 static void at_exit_cxa(void *arg)
 {

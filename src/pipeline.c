@@ -222,8 +222,9 @@ static CUresult fninfo_read(CUfunction f, struct fninfo **out)
         if (r == CUDA_ERROR_INVALID_VALUE)
             break; /* past the last parameter (or f has none) */
         if (r != CUDA_SUCCESS) {
+            uint32_t at = fi->nparams;
             fninfo_free(fi);
-            return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, fi->nparams);
+            return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, at);
         }
         if (fi->nparams == fi->cap) {
             size_t cap = fi->cap ? fi->cap * 2 : 8;

@@ -106,10 +106,14 @@ static void storm_fail(const char *what, CUresult r)
             storm_fail(#call, r_);                                                          \
     } while (0)
 
+/* each worker's own word of storm_mem (the simulated kernels are host code: shared words
+ * would be a data race of the test's own) */
+static _Thread_local CUdeviceptr storm_word;
+
 static CUresult storm_capture(CUstream s, void *user)
 {
     unsigned v = (unsigned)(uintptr_t)user;
-    void *args[] = {&storm_mem, &v};
+    void *args[] = {&storm_word, &v};
     return tu.cuLaunchKernel(storm_k.set_u32, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
 }
 
@@ -119,6 +123,7 @@ static CUresult storm_capture(CUstream s, void *user)
 static void *storm_worker(void *arg)
 {
     unsigned id = (unsigned)(uintptr_t)arg;
+    storm_word = storm_mem + 4 * (CUdeviceptr)id;
     if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS) {
         storm_fail("cuCtxSetCurrent", CUDA_ERROR_UNKNOWN);
         return NULL;
@@ -142,8 +147,8 @@ static void *storm_worker(void *arg)
         unsigned v = id * 1000 + it;
         for (unsigned k = 0; k < 2 + it % 3; k++)
             STORM_OK(cupool_pipeline_kernel(p, storm_k.add_u32, 1, 1, 1, 1, 1, 1, 0,
-                                            (void *[]){&storm_mem, &v}, NULL));
-        STORM_OK(cupool_pipeline_memset(p, storm_mem, 0, 4, 1, NULL));
+                                            (void *[]){&storm_word, &v}, NULL));
+        STORM_OK(cupool_pipeline_memset(p, storm_word, 0, 4, 1, NULL));
         STORM_OK(cupool_pipeline_event_record(p, e[0], NULL));
         STORM_OK(cupool_pipeline_launch(p, s));
         STORM_OK(cupool_capture_launch(id * 8 + it % 4, s, storm_capture,
