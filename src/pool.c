@@ -1095,7 +1095,8 @@ static CUresult release_refused(const struct cupool__class_ops *ops,
     struct cupool__class *cls = atomic_load_explicit(&rec->cls, CUPOOL_RELAXED);
     if (cls->ops != ops)
         return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
-                                    "%p is not a %s (it is a pooled %s)", h, ops->name,
+                                    "%p is not %s %s (it is a pooled %s)", h,
+                                    ops->kind == CUPOOL_KIND_EVENT ? "an" : "a", ops->name,
                                     cls->ops->name));
     if (expect && cls != expect)
         return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
