@@ -2585,14 +2585,23 @@ static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUcon
     CUresult user_r = fn(stream, user);
     *graph = NULL;
     r = CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, graph));
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED &&
-        CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(stream, &cs)) == CUDA_SUCCESS &&
-        cs != CU_STREAM_CAPTURE_STATUS_NONE) {
-        /* never leave the caller's stream capturing: end it again, keep nothing of it */
+    /* Never leave the caller's stream capturing: while the driver says it still is (or cannot
+     * say), end the capture again, keeping nothing of it. A few tries: a passing error may
+     * hit either call more than once. */
+    for (int tries = 0; r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED && tries < 4; tries++) {
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        CUresult q = CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(stream, &cs));
+        if (q == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE)
+            break;
+        if (q == CUDA_ERROR_DEINITIALIZED)
+            break;
         CUgraph again = NULL;
-        CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, &again));
-        objects_destroy(NULL, again, NULL, ctx, ctx_id);
+        if (CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, &again)) == CUDA_SUCCESS ||
+            again) {
+            objects_destroy(NULL, again, NULL, ctx, ctx_id);
+            if (q == CUDA_SUCCESS)
+                break; /* ended now */
+        }
     }
     if (user_r != CUDA_SUCCESS || r != CUDA_SUCCESS) {
         objects_destroy(NULL, *graph, NULL, ctx, ctx_id);

@@ -43,6 +43,9 @@ static _Atomic(struct cupool__tcache *) tc_list;
  * no other lock of cupool's is held when class_lock is taken, and none is held while a
  * reclamation waits for readers. */
 static pthread_mutex_t class_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One reclamation pass at a time (taken with trylock: a pass finding another under way leaves
+ * the work to it). Held across the pass's grace period, never while class_lock is held. */
+static pthread_mutex_t reclaim_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint32_t class_count; /* indexes used so far (the high water) */
 static _Atomic(struct cupool__class *) class_by_index[CUPOOL_MAX_CLASSES];
 static uint32_t free_index[CUPOOL_MAX_CLASSES]; /* reclaimed indexes, a stack */
@@ -149,6 +152,24 @@ static void tcache_flush(struct cupool__tcache *tc)
     cupool__read_leave(tc);
 }
 
+/* A class a walker of the table may touch: live (alive, its fields published by that store),
+ * or retired and not reclaimed (its fields fixed). A struct being filled for a new class
+ * (phase LIVE, alive not yet 1) and a reclaimed one (FREE) are neither. */
+static inline bool class_walkable(const struct cupool__class *c)
+{
+    if (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE))
+        return true;
+    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
+    return phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN;
+}
+
+static inline bool class_retired(const struct cupool__class *c)
+{
+    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
+    return !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) &&
+           (phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN);
+}
+
 /* Moves this thread's cached handles of retired classes to their retire stacks, where trim
  * or a reclamation forgets them (no driver call): a retired class can be reclaimed only once
  * no thread caches a handle of it. Only when a class was retired since this thread last
@@ -164,9 +185,7 @@ static void tcache_sweep_retired(struct cupool__tcache *tc)
     for (uint32_t i = 0; i < n; i++) {
         struct cupool__class *cls = cupool__class_at(i);
         struct cupool__slot *s = cls ? slot_of(tc, i) : NULL;
-        if (s && (s->loaded || s->previous) &&
-            !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) &&
-            atomic_load_explicit(&cls->phase, CUPOOL_RELAXED) != CUPOOL_CLASS_FREE)
+        if (s && (s->loaded || s->previous) && class_retired(cls))
             slot_flush(cls, s);
     }
     cupool__read_leave(tc);
@@ -347,14 +366,20 @@ int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err)
  * a healthy context. False when it cannot be shown. */
 static bool class_ctx_broken(const struct cupool__class *cls)
 {
+    CUcontext prev = NULL;
+    if (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&prev)) != CUDA_SUCCESS)
+        return false;
     CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(cls->ctx));
     if (r != CUDA_SUCCESS)
         return false;
     unsigned long long id = 0;
     CUresult probe = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
     CUcontext popped;
-    if (CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) != CUDA_SUCCESS)
-        cupool__log(CUPOOL_LOG_WARN, "cuCtxPopCurrent failed after probing context %llu",
+    /* the caller's current context back, by other means if the pop fails */
+    if (CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) != CUDA_SUCCESS &&
+        CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(prev)) != CUDA_SUCCESS)
+        cupool__log(CUPOOL_LOG_WARN, "could not restore the caller's current context after "
+                                     "probing context %llu",
                     cls->ctx_id);
     return error_is_sticky(probe) && probe != CUDA_ERROR_DEINITIALIZED;
 }
@@ -719,8 +744,12 @@ static uint32_t classes_reclaim(void)
 {
     if (!atomic_load(&classes_dead))
         return 0;
+    /* exclusive: two passes would both pick a class, and free its index twice */
+    if (pthread_mutex_trylock(&reclaim_lock) != 0)
+        return 0;
     enum { BATCH = 256 };
     struct cupool__class *cand[BATCH];
+    uint64_t cand_gen[BATCH];
     uint32_t n = 0;
     pthread_mutex_lock(&class_lock);
     uint32_t limit = cupool__class_limit();
@@ -742,20 +771,29 @@ static uint32_t classes_reclaim(void)
         class_forget_idle(c);
         if (atomic_load(&c->live) != 0)
             continue; /* owned by a caller, or in a thread's magazine: later */
-        atomic_fetch_add(&c->gen, 1); /* pool handles and class-cache entries stop matching */
+        /* pool handles and class-cache entries stop matching */
+        cand_gen[n] = atomic_fetch_add(&c->gen, 1) + 1;
         cand[n++] = c;
     }
     pthread_mutex_unlock(&class_lock);
-    if (n == 0 || !cupool__synchronize(10000000u))
-        return 0;
+    bool grace = n > 0 && cupool__synchronize(10000000u);
+    uint32_t freed = 0;
     pthread_mutex_lock(&class_lock);
-    for (uint32_t k = 0; k < n; k++) {
-        atomic_store(&cand[k]->phase, CUPOOL_CLASS_FREE);
-        free_index[nfree_index++] = cand[k]->index;
+    for (uint32_t k = 0; grace && k < n; k++) {
+        struct cupool__class *c = cand[k];
+        /* nothing can have revived it (no handle exists, no creator takes a retired struct),
+         * but it is checked: a wrongly freed index would serve two classes */
+        if (atomic_load(&c->alive) || atomic_load(&c->phase) != CUPOOL_CLASS_GONE ||
+            atomic_load(&c->live) != 0 || atomic_load(&c->gen) != cand_gen[k])
+            continue;
+        atomic_store(&c->phase, CUPOOL_CLASS_FREE);
+        free_index[nfree_index++] = c->index;
         atomic_fetch_sub(&classes_dead, 1);
+        freed++;
     }
     pthread_mutex_unlock(&class_lock);
-    return n;
+    pthread_mutex_unlock(&reclaim_lock);
+    return freed;
 }
 
 /* Sum of every thread's slot counters at index i (what a class taking the index starts
@@ -787,6 +825,8 @@ static struct cupool__class *class_slot_take(void)
         if (!c)
             return NULL;
         c->index = index;
+        /* not a class until class_init: every walker of the table skips a FREE struct */
+        atomic_store_explicit(&c->phase, CUPOOL_CLASS_FREE, CUPOOL_RELAXED);
         atomic_store_explicit(&class_by_index[index], c, CUPOOL_RELEASE);
         atomic_store_explicit(&class_count, index + 1, CUPOOL_RELEASE);
     }
@@ -816,7 +856,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->misses, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->live, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->high_water, 0, CUPOOL_RELAXED);
-    atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELEASE);
     atomic_store_explicit(&c->alive, 1, CUPOOL_RELEASE); /* findable from here on */
 }
 
@@ -1105,12 +1145,13 @@ static CUresult release_refused(const struct cupool__class_ops *ops,
     if (atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_OWNED)
         return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%s %p was already released",
                                     ops->name, h));
-    /* Owned, but its context is gone: forget it without touching the driver. */
-    handle_forget(cls, rec);
+    /* Owned, but its context is gone: forget it without touching the driver (the release is
+     * counted first: once forgotten, nothing pins the class) */
     struct cupool__tcache *tc = cupool__tcache_self();
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
     if (s)
         cupool__counter_inc(&s->releases);
+    handle_forget(cls, rec);
     return CUDA_SUCCESS;
 }
 
@@ -1696,13 +1737,68 @@ bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout
     return wait_zero(anon, deadline);
 }
 
+_Atomic uint32_t cupool__gp_phase;
+static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER; /* one grace period at a time */
+
+/* Waits until every other thread is outside any read section or inside one begun in the
+ * current phase, and no thread without a cache is inside one: up to deadline. */
+static bool wait_readers(uint64_t deadline)
+{
+    uint32_t phase = atomic_load_explicit(&cupool__gp_phase, CUPOOL_RELAXED);
+    struct cupool__tcache *self = cupool__tl;
+    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+        if (tc == self)
+            continue;
+        for (unsigned looks = 0;; looks++) {
+            uint32_t v = atomic_load_explicit(&tc->in_read, CUPOOL_ACQUIRE);
+            if (!(v & CUPOOL_RD_NEST) || (v & CUPOOL_RD_PHASE) == phase)
+                break;
+            if (looks < 64)
+                continue;
+            if (cupool__monotonic_ns() > deadline)
+                return false;
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return wait_zero(&cupool__read_anon, deadline);
+}
+
+/* Without a barrier on other threads (membarrier(2) failed after initialisation and no flush
+ * works), a grace period needs every live thread to have switched to fencing sections. */
+static bool readers_all_fenced(void)
+{
+    struct cupool__tcache *self = cupool__tl;
+    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+        if (tc != self && atomic_load_explicit(&tc->active, CUPOOL_ACQUIRE) &&
+            !atomic_load_explicit(&tc->read_fenced, CUPOOL_ACQUIRE))
+            return false;
+    return true;
+}
+
 bool cupool__synchronize(uint64_t timeout_ns)
 {
     /* with readers that fence themselves, this thread's own fence completes the handshake */
-    if (!cupool__membarrier() && !cupool__sync_fence)
+    if (!cupool__membarrier() &&
+        (!atomic_load(&cupool__sync_fence) ||
+         (!cupool__readers_fence_since_init && !readers_all_fenced())))
         return false;
-    return cupool__wait_threads(offsetof(struct cupool__tcache, in_read), &cupool__read_anon,
-                                timeout_ns);
+    uint64_t deadline = cupool__monotonic_ns() + timeout_ns;
+    pthread_mutex_lock(&gp_lock);
+    /* sections begun in the phase before the current one end; then the phase flips and the
+     * sections of the one that was current end too (urcu's two-phase wait: a reader that read
+     * the phase just before a flip is caught by the second wait) */
+    bool ok = wait_readers(deadline);
+    if (ok) {
+        atomic_thread_fence(memory_order_seq_cst);
+        atomic_store(&cupool__gp_phase,
+                     atomic_load_explicit(&cupool__gp_phase, CUPOOL_RELAXED) ^ CUPOOL_RD_PHASE);
+        atomic_thread_fence(memory_order_seq_cst);
+        ok = wait_readers(deadline);
+    }
+    pthread_mutex_unlock(&gp_lock);
+    atomic_thread_fence(memory_order_seq_cst);
+    return ok;
 }
 
 bool cupool__registry_grace(void)
@@ -1749,7 +1845,7 @@ void cupool__pool_close(bool all_threads)
     for (uint32_t i = 0; i < n; i++) {
         /* handles over the cap went to the retire stack: the whole depot goes either way */
         struct cupool__class *c = cupool__class_at(i);
-        if (c && atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE) != CUPOOL_CLASS_FREE)
+        if (c && class_walkable(c))
             close_class(c);
     }
     cupool__read_leave(rtc);
@@ -1770,7 +1866,7 @@ CUresult cupool_trim(void)
         /* one read section per class: a reclamation elsewhere waits for at most one */
         cupool__read_enter(tc);
         struct cupool__class *c = cupool__class_at(i);
-        if (c && atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE) != CUPOOL_CLASS_FREE) {
+        if (c && class_walkable(c)) {
             r = trim_class(c);
             if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
                 first = r;

@@ -144,10 +144,13 @@ struct cupool__tcache {
     /* Driver calls this thread has in flight (cupool__drv_begin): written by its thread with a
      * plain store, read by cupool__pool_quiesce() at exit and unload. */
     _Atomic uint32_t in_driver;
-    /* Read sections this thread is inside (cupool__read_enter; they nest): lock-free readers
-     * of structures that cupool__synchronize() lets an updater reclaim (registry tables,
-     * graph-cache structs, recycled classes). Written by its thread with a plain store. */
+    /* This thread's read sections (cupool__read_enter): the nesting count in the low bits and,
+     * in CUPOOL_RD_PHASE, the grace-period phase its outermost section began in. Written by
+     * its thread with a plain store; read by cupool__synchronize(). */
     _Atomic uint32_t in_read;
+    /* 1 once this thread has entered a read section with a full fence (cupool__sync_fence),
+     * which a grace period needs to know after membarrier(2) stopped working */
+    _Atomic uint32_t read_fenced;
     /* 1 while this thread is inside a gated section of graph driver calls (pipeline.c: the
      * instantiation gate), written by its thread with a plain store. */
     _Atomic uint32_t in_launch;
@@ -186,14 +189,15 @@ static inline bool cupool__driver_callable(void)
 
 /* Whether readers of the asymmetric handshakes must issue a full fence themselves: set at
  * initialisation when membarrier(2) is unavailable (an old kernel, or a seccomp filter that
- * denies it), so that the updater's side can rely on a plain fence of its own. */
-extern bool cupool__sync_fence;
+ * denies it), so that the updater's side can rely on a plain fence of its own; and set later
+ * if membarrier(2) starts failing (a seccomp filter installed after initialisation). */
+extern _Atomic bool cupool__sync_fence;
 
 /* The reader's half of every asymmetric handshake: a plain store, then a compiler barrier
  * (membarrier(2) supplies the CPU side) or, without membarrier, a full fence. */
 static inline void cupool__reader_fence(void)
 {
-    if (CUPOOL_UNLIKELY(cupool__sync_fence))
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__sync_fence, CUPOOL_RELAXED)))
         atomic_thread_fence(memory_order_seq_cst);
     else
         atomic_signal_fence(memory_order_seq_cst);
@@ -238,30 +242,46 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
  * Lock-free readers (registry lookups, the graph cache's lock-free claim, explicit pools and
  * class lookups) run inside a read section; an updater that unpublished something (a
  * replaced registry table, a freed graph-cache struct, a retired class) reclaims it only
- * after cupool__synchronize() has seen every section that might have read it end: userspace
- * RCU's asymmetric scheme. Contract:
- *  - Reader: cupool__read_enter() / cupool__read_leave(), nestable, wait-free: a plain store
- *    of this thread's nesting count and a compiler barrier (a full fence where membarrier(2)
- *    is unavailable: cupool__sync_fence). A thread without a cache counts itself in a shared
- *    counter with an atomic add. A section must not block on a lock an updater may hold while
- *    it synchronizes (none does: updaters drop their locks first).
+ * after cupool__synchronize() has seen every section that might have read it end. This is
+ * userspace RCU's scheme, its membarrier flavour, with urcu's two-phase grace period.
+ * Contract:
+ *  - Reader: cupool__read_enter() / cupool__read_leave(), nestable, wait-free. The outermost
+ *    enter stores the current grace-period phase with a nesting count of 1 (a plain store),
+ *    inner ones add 1; then a compiler barrier (membarrier(2) on the updater's side supplies
+ *    the CPU barrier) or, where membarrier is unavailable (cupool__sync_fence), a full fence.
+ *    A thread without a cache counts itself in a shared counter with an atomic add. A section
+ *    must not wait for a lock an updater may hold while it synchronizes (none does: updaters
+ *    drop their locks first, and only synchronizers take cupool__gp's lock).
  *  - Updater: unpublish (a store the reader would load), then cupool__synchronize(): a
- *    barrier on every running thread (membarrier(2), or a plain fence when readers fence
- *    themselves), then a wait until every other thread's count has been seen at zero.
- *    Returns false after timeout_ns: the updater keeps what it wanted to free for a later try.
+ *    barrier on every running thread, then, under the grace-period lock, a wait for every
+ *    thread to be outside any section or inside one begun in the current phase; a flip of the
+ *    phase; the same wait again; a last barrier. A thread that keeps entering sections does not
+ *    hold a grace period up: its next section begins in the new phase. Returns false after
+ *    timeout_ns (a section held up, or no barrier available): the updater keeps what it wanted
+ *    to free for a later try.
  *  - Ordering: whatever a reader loaded inside a section that began before the unpublishing
  *    store is no longer referenced once cupool__synchronize() returned true.
- *  Must not be called from inside a read section of the calling thread's own that still holds
- *  a pointer to what is reclaimed (the thread's own count is not waited for). */
+ *  Must not be called by a thread that, in a section of its own, still holds a pointer to what
+ *  is reclaimed (its own sections are not waited for). */
+#define CUPOOL_RD_PHASE 0x80000000u
+#define CUPOOL_RD_NEST (CUPOOL_RD_PHASE - 1)
 extern _Atomic uint32_t cupool__read_anon; /* readers without a thread cache */
+extern _Atomic uint32_t cupool__gp_phase;  /* 0 or CUPOOL_RD_PHASE */
 
 static inline void cupool__read_enter(struct cupool__tcache *tc)
 {
     if (CUPOOL_LIKELY(tc != NULL)) {
-        atomic_store_explicit(&tc->in_read,
-                              atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) + 1,
-                              CUPOOL_RELAXED);
-        cupool__reader_fence();
+        uint32_t v = atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED);
+        v = (v & CUPOOL_RD_NEST) ? v + 1
+                                 : (atomic_load_explicit(&cupool__gp_phase, CUPOOL_ACQUIRE) | 1);
+        atomic_store_explicit(&tc->in_read, v, CUPOOL_RELAXED);
+        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__sync_fence, CUPOOL_RELAXED))) {
+            if (!atomic_load_explicit(&tc->read_fenced, CUPOOL_RELAXED))
+                atomic_store_explicit(&tc->read_fenced, 1, CUPOOL_RELAXED);
+            atomic_thread_fence(memory_order_seq_cst);
+        } else {
+            atomic_signal_fence(memory_order_seq_cst);
+        }
     } else {
         atomic_fetch_add(&cupool__read_anon, 1);
     }

@@ -542,6 +542,111 @@ START_TEST(context_churn_reclaims_classes)
 }
 END_TEST
 
+/* Classes reclaimed by several threads at once: two threads trim without pause while the
+ * main thread makes 16 pools a round (current-context handles too) and resets the context.
+ * Every round's 16 pools are distinct values, every handle they and the current-context API
+ * hand out is of the live context (the simulated driver aborts on one of a reset context), and
+ * the indexes in use stay bounded. Two reclaimers once picked one class, freed its index
+ * twice, and gave one struct to two classes. */
+static _Atomic int trimmers_stop;
+
+static void *trimmer(void *arg)
+{
+    (void)arg;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS)
+        return NULL;
+    while (!atomic_load(&trimmers_stop))
+        (void)cupool_trim();
+    return NULL;
+}
+
+START_TEST(concurrent_reclamation_keeps_classes_apart)
+{
+    tu_setup();
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, trimmer, NULL), 0);
+    static const unsigned ef[4] = {0, CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING,
+                                   CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING};
+    long rounds = tu_fake.present ? scaled(3000) : 30;
+    uint32_t max_limit = 0;
+    for (long r = 0; r < rounds; r++) {
+        void *pools[16];
+        int n = 0;
+        for (int i = 0; i < 4; i++) {
+            cupool_event_pool_t p;
+            TU_OK(cupool_event_pool_get(&p, NULL, ef[i]));
+            pools[n++] = p;
+        }
+        for (int f = 0; f < 2; f++)
+            for (int pr = 0; pr > -6; pr--) {
+                cupool_stream_pool_t p;
+                TU_OK(cupool_stream_pool_get(&p, NULL, f ? CU_STREAM_NON_BLOCKING : 0, pr));
+                pools[n++] = p;
+            }
+        for (int i = 0; i < n; i++)
+            for (int j = i + 1; j < n; j++)
+                ck_assert_msg(pools[i] != pools[j], "round %ld: pools %d and %d are one value",
+                              r, i, j);
+        for (int i = 0; i < 4; i++) {
+            CUevent e, c;
+            TU_OK(cupool_event_pool_acquire((cupool_event_pool_t)pools[i], &e));
+            TU_OK(tu.cuEventRecord(e, NULL));
+            TU_OK(cupool_event_pool_release((cupool_event_pool_t)pools[i], e));
+            TU_OK(cupool_event_acquire(&c, ef[i]));
+            TU_OK(tu.cuEventRecord(c, NULL));
+            TU_OK(cupool_event_release(c));
+        }
+        for (int pr = 0; pr > -6; pr--) {
+            CUstream s;
+            TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, pr));
+            TU_OK(tu.cuStreamQuery(s));
+            TU_OK(cupool_stream_release(s));
+        }
+        TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+        TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+        TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+        uint32_t limit = cupool__class_limit();
+        max_limit = limit > max_limit ? limit : max_limit;
+    }
+    atomic_store(&trimmers_stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    printf("concurrent reclamation: %ld rounds of 16 pools, at most %u class indexes in use\n",
+           rounds, max_limit);
+    ck_assert_uint_lt(max_limit, CUPOOL_MAX_CLASSES / 2);
+}
+END_TEST
+
+/* membarrier(2) denied after initialisation (a sandbox locked down once the program set up):
+ * grace periods still complete, so replaced registry tables and retired classes are still
+ * reclaimed. */
+START_TEST(reclaims_when_membarrier_is_denied_later)
+{
+    setenv("CUPOOL_DISABLE", "1", 1);
+    setenv("CUPOOL_LOG", "error", 1);
+    tu_setup();
+    CUevent e;
+    TU_OK(cupool_event_acquire(&e, CU_EVENT_DISABLE_TIMING)); /* initialised, then locked */
+    TU_OK(cupool_event_release(e));
+    deny_membarrier();
+    long n = scaled(800000);
+    size_t early = 0;
+    for (long i = 0; i < n; i++) {
+        TU_OK(cupool_event_acquire(&e, CU_EVENT_DISABLE_TIMING));
+        TU_OK(cupool_event_release(e));
+        if (i == 10000 || (i == n - 1 && !early))
+            early = cupool_metadata_bytes();
+    }
+    size_t late = cupool_metadata_bytes();
+    printf("membarrier denied after initialisation: %ld event pairs, metadata %zu bytes after "
+           "10000, %zu at the end\n",
+           n, early, late);
+    ck_assert_msg(late <= early + 16384, "metadata grew from %zu to %zu bytes", early, late);
+}
+END_TEST
+
 /* ---- trim, over and over ----------------------------------------------------------- */
 
 /* 2000 trims of a 32-kernel pipeline (32 distinct functions, from 8 loads of the test module):
@@ -680,6 +785,8 @@ int main(void)
     tcase_add_test(tc, class_creation_races_lose_no_index);
     tcase_add_test(tc, context_churn_reclaims_classes);
     tcase_add_test(tc, trims_keep_metadata_bounded);
+    tcase_add_test(tc, concurrent_reclamation_keeps_classes_apart);
+    tcase_add_test(tc, reclaims_when_membarrier_is_denied_later);
     tcase_add_test(tc, capture_update_applies_cluster_dimension);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);

@@ -977,6 +977,43 @@ START_TEST(destroyed_event_never_reaches_an_instantiation)
 }
 END_TEST
 
+/* A capture whose end fails, once or twice in a row, or together with the capture check:
+ * the call fails, and the caller's stream is not left capturing. */
+static CUresult capture_one(CUstream stream, void *user)
+{
+    unsigned v = *(unsigned *)user;
+    void *args[] = {&mem, &v};
+    return tu.cuLaunchKernel(k.set_u32, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+}
+
+START_TEST(failed_capture_end_never_leaves_the_stream_capturing)
+{
+    static const struct {
+        const char *entry;
+        long count;
+        const char *also;
+    } cases[] = {{"cuStreamEndCapture", 1, NULL},
+                 {"cuStreamEndCapture", 2, NULL},
+                 {"cuStreamEndCapture", 1, "cuStreamIsCapturing"}};
+    for (unsigned i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        unsigned v = 40 + i;
+        tu_fake.fault(cases[i].entry, 0, cases[i].count, CUDA_ERROR_OUT_OF_MEMORY);
+        if (cases[i].also)
+            tu_fake.fault(cases[i].also, 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+        TU_EQ(cupool_capture_launch(100 + i, s1, capture_one, &v, 0), CUDA_ERROR_OUT_OF_MEMORY);
+        tu_fake.fault_clear();
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        TU_OK(tu.cuStreamIsCapturing(s1, &cs));
+        ck_assert_msg(cs == CU_STREAM_CAPTURE_STATUS_NONE, "case %u left the stream capturing", i);
+        TU_OK(tu.cuStreamSynchronize(s1));
+        TU_OK(cupool_capture_launch(100 + i, s1, capture_one, &v, 0)); /* works again */
+        ck_assert_uint_eq(counter(0), v);
+    }
+    TU_OK(cupool_trim());
+    ck_assert_int_eq(tu_fake.live_graphs(), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -1015,6 +1052,7 @@ int main(void)
         tcase_add_test(sim, refused_update_reinstantiates);
         tcase_add_test(sim, refused_update_with_a_failing_clone_leaks_nothing);
         tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
+        tcase_add_test(sim, failed_capture_end_never_leaves_the_stream_capturing);
         TCase *simenv = tcase_create("simulated-environment");
         tcase_add_test(simenv, concurrent_streams_with_a_waiting_exec_destroy);
         tcase_add_test(simenv, buried_exec_kept_while_its_context_cannot_be_told);
