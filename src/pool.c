@@ -771,7 +771,10 @@ static uint32_t classes_reclaim(void)
         class_forget_idle(c);
         if (atomic_load(&c->live) != 0)
             continue; /* owned by a caller, or in a thread's magazine: later */
-        /* pool handles and class-cache entries stop matching */
+        /* unpublished: out of every walk of the table (trim, sweeps, statistics), and pool
+         * handles and class-cache entries stop matching; only sections begun before this can
+         * still hold it, and the grace period waits for those */
+        atomic_store(&c->phase, CUPOOL_CLASS_RECLAIMING);
         cand_gen[n] = atomic_fetch_add(&c->gen, 1) + 1;
         cand[n++] = c;
     }
@@ -779,13 +782,18 @@ static uint32_t classes_reclaim(void)
     bool grace = n > 0 && cupool__synchronize(10000000u);
     uint32_t freed = 0;
     pthread_mutex_lock(&class_lock);
-    for (uint32_t k = 0; grace && k < n; k++) {
+    for (uint32_t k = 0; k < n; k++) {
         struct cupool__class *c = cand[k];
         /* nothing can have revived it (no handle exists, no creator takes a retired struct),
          * but it is checked: a wrongly freed index would serve two classes */
-        if (atomic_load(&c->alive) || atomic_load(&c->phase) != CUPOOL_CLASS_GONE ||
-            atomic_load(&c->live) != 0 || atomic_load(&c->gen) != cand_gen[k])
+        bool ok = grace && !atomic_load(&c->alive) &&
+                  atomic_load(&c->phase) == CUPOOL_CLASS_RECLAIMING &&
+                  atomic_load(&c->live) == 0 && atomic_load(&c->gen) == cand_gen[k];
+        if (!ok) {
+            if (atomic_load(&c->phase) == CUPOOL_CLASS_RECLAIMING)
+                atomic_store(&c->phase, CUPOOL_CLASS_GONE); /* a later pass tries again */
             continue;
+        }
         atomic_store(&c->phase, CUPOOL_CLASS_FREE);
         free_index[nfree_index++] = c->index;
         atomic_fetch_sub(&classes_dead, 1);

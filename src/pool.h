@@ -33,6 +33,7 @@ enum cupool__class_phase {
     CUPOOL_CLASS_LIVE = 0,
     CUPOOL_CLASS_GONE,   /* its context is proven gone: reclaimable once no handle is left */
     CUPOOL_CLASS_BROKEN, /* its context answers but is broken by a sticky error */
+    CUPOOL_CLASS_RECLAIMING, /* out of every walk, waiting for the grace period */
     CUPOOL_CLASS_FREE    /* reclaimed: its index waits on the free list for a new class */
 };
 

@@ -48,12 +48,13 @@ static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out
 }
 
 /* A class the statistics list: live, or retired and not reclaimed yet (a fresh index's
- * struct being filled, and a reclaimed one, are not). */
+ * struct being filled, one being reclaimed and a reclaimed one are not). */
 static bool class_listed(const struct cupool__class *c)
 {
+    if (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE))
+        return true;
     int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
-    return phase != CUPOOL_CLASS_FREE &&
-           (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) || phase != CUPOOL_CLASS_LIVE);
+    return phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN;
 }
 
 CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count)

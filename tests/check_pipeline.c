@@ -15,6 +15,16 @@
 
 #include "testutil.h"
 
+/* The instantiation gate waits at most 5 ms for launches in flight (a best effort against a
+ * driver stall, not a correctness condition): under a sanitizer's slowdown on two CPUs a
+ * launch can sit in the simulated driver longer, so there overlaps are not counted as
+ * failures. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define GATE_TIMED 0
+#else
+#define GATE_TIMED 1
+#endif
+
 static struct tu_kernels k;
 static CUstream s1, s2;
 static CUdeviceptr mem; /* 32 counters */
@@ -644,7 +654,8 @@ START_TEST(eviction_during_lock_free_repeat_launches)
     ck_assert_uint_le(st.entries, 4); /* over the bound only while every entry is in use */
     ck_assert_uint_ge(st.misses, 4);  /* each structure once at least */
     if (tu_fake.present) { /* instantiations on misses never overlapped the others' launches */
-        ck_assert_uint_eq(tu_fake.instantiate_launch_overlaps(), 0);
+        if (GATE_TIMED)
+            ck_assert_uint_eq(tu_fake.instantiate_launch_overlaps(), 0);
         ck_assert_uint_eq(tu_fake.instantiations_of_launched_graphs(), 0);
     }
     if (getenv("CUPOOLTEST_VERBOSE"))
@@ -728,7 +739,7 @@ static void concurrent_streams(bool destroy_waits)
     /* no instantiation while another thread was inside a launch (on an H200 both can then
      * wait until the queued work drains). Not where a destroy waits: it holds the simulated
      * driver, so a launch can sit in it past the gate's 5 ms wait for launches in flight. */
-    if (!destroy_waits)
+    if (!destroy_waits && GATE_TIMED)
         ck_assert_uint_eq(tu_fake.instantiate_launch_overlaps(), 0);
     /* every exec from a fresh clone of the template (on an H200, instantiating a graph with a
      * running exec while another thread synchronised could stall until the work drained) */
