@@ -804,6 +804,34 @@ static uint32_t classes_reclaim(void)
     return freed;
 }
 
+/* classes_reclaim() from inside the caller's read section (class creation finding every
+ * index in use): the section is left for the pass and entered again. The caller holds no
+ * class across the call. True if any class was reclaimed. */
+static bool classes_reclaim_outside(void)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    uint32_t depth = tc ? atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST : 0;
+    for (uint32_t i = 0; i < depth; i++)
+        cupool__read_leave(tc);
+    bool any = classes_reclaim() > 0;
+    for (uint32_t i = 0; i < depth; i++)
+        cupool__read_enter(tc);
+    return any;
+}
+
+_Atomic bool cupool__reclaim_due;
+
+void cupool__reclaim_deferred(void)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    if (tc && (atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST))
+        return; /* still inside a section: the next call on the way out does it */
+    atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
+    cupool__registry_reclaim();
+    if (atomic_load(&classes_dead) >= RECLAIM_AT)
+        classes_reclaim();
+}
+
 /* Sum of every thread's slot counters at index i (what a class taking the index starts
  * from). */
 static void slot_totals(uint32_t i, uint64_t *acquires, uint64_t *releases)
@@ -920,15 +948,16 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
         }
         if (c) {
             classes_retire_reset(ctx, ctx_id);
-            if (atomic_load(&classes_dead) >= RECLAIM_AT)
-                classes_reclaim(); /* keeps indexes (and threads' slot chunks) low */
+            if (atomic_load(&classes_dead) >= RECLAIM_AT) /* keeps indexes (and slots) low */
+                atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
             if (c->low_water && cupool__state_now() == CUPOOL_ST_RUNNING)
                 prewarm(c, c->low_water, ctx_current);
             *out = c;
             return CUDA_SUCCESS;
         }
-        /* every index in use: reclaim the classes of contexts that are gone, once */
-        if (attempt > 0 || classes_reclaim() == 0)
+        /* every index in use: reclaim the classes of contexts that are gone, once (the
+         * caller's read section is left for it: no grace period inside one) */
+        if (attempt > 0 || !classes_reclaim_outside())
             return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY,
                                 "more than %d pool classes (of live contexts) in use, or no "
                                 "memory for a new %s pool",
@@ -1446,7 +1475,9 @@ CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, int priorit
                                     : "cupool_stream_acquire: unknown flags 0x%x (known: "
                                       "CU_STREAM_DEFAULT, CU_STREAM_NON_BLOCKING)",
                             flags);
-    return acquire_current(&cupool__stream_ops, flags, priority, (void **)stream);
+    CUresult r = acquire_current(&cupool__stream_ops, flags, priority, (void **)stream);
+    cupool__reclaim_if_due();
+    return r;
 }
 
 CUresult cupool_stream_release(CUstream stream)
@@ -1463,7 +1494,9 @@ CUresult cupool_event_acquire(CUevent *event, unsigned int flags)
                                      "CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, "
                                      "CU_EVENT_INTERPROCESS with CU_EVENT_DISABLE_TIMING)",
                             flags);
-    return acquire_current(&cupool__event_ops, flags, 0, (void **)event);
+    CUresult r = acquire_current(&cupool__event_ops, flags, 0, (void **)event);
+    cupool__reclaim_if_due();
+    return r;
 }
 
 CUresult cupool_event_release(CUevent event)
@@ -1565,6 +1598,7 @@ CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext ctx, unsig
     CUresult r = pool_get(&cupool__stream_ops, ctx, flags, priority, &h);
     if (r == CUDA_SUCCESS)
         *pool = (cupool_stream_pool_t)h;
+    cupool__reclaim_if_due();
     return r;
 }
 
@@ -1579,6 +1613,7 @@ CUresult cupool_event_pool_get(cupool_event_pool_t *pool, CUcontext ctx, unsigne
     CUresult r = pool_get(&cupool__event_ops, ctx, flags, 0, &h);
     if (r == CUDA_SUCCESS)
         *pool = (cupool_event_pool_t)h;
+    cupool__reclaim_if_due();
     return r;
 }
 
@@ -1637,12 +1672,16 @@ static inline CUresult pool_acquire(const void *pool, const struct cupool__class
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
 {
-    return pool_acquire(pool, &cupool__stream_ops, (void **)stream);
+    CUresult r = pool_acquire(pool, &cupool__stream_ops, (void **)stream);
+    cupool__reclaim_if_due();
+    return r;
 }
 
 CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event)
 {
-    return pool_acquire(pool, &cupool__event_ops, (void **)event);
+    CUresult r = pool_acquire(pool, &cupool__event_ops, (void **)event);
+    cupool__reclaim_if_due();
+    return r;
 }
 
 /* A release through an explicit pool. The handle's record pins its class (a class with a
@@ -1786,6 +1825,9 @@ static bool readers_all_fenced(void)
 
 bool cupool__synchronize(uint64_t timeout_ns)
 {
+    struct cupool__tcache *me = cupool__tl;
+    if (me && (atomic_load_explicit(&me->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST))
+        return false; /* never inside a read section: see pool.h */
     /* with readers that fence themselves, this thread's own fence completes the handshake */
     if (!cupool__membarrier() &&
         (!atomic_load(&cupool__sync_fence) ||
@@ -1881,6 +1923,8 @@ CUresult cupool_trim(void)
         }
         cupool__read_leave(tc);
     }
+    atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
+    cupool__registry_reclaim();
     classes_reclaim();
     cupool__graph_cache_trim();
     return first;

@@ -297,8 +297,21 @@ static inline void cupool__read_leave(struct cupool__tcache *tc)
         atomic_fetch_sub(&cupool__read_anon, 1);
 }
 
-/* The updater's half (above). */
+/* The updater's half (above). Returns false at once when the calling thread is inside a read
+ * section of its own: two threads each waiting, inside a section, for the other's section
+ * to end would only meet at their timeouts. */
 bool cupool__synchronize(uint64_t timeout_ns);
+
+/* Reclamation that a read section asked for (a replaced registry table, classes retired past
+ * the threshold) runs after the section, never inside one: set by the section, checked by
+ * the public calls on their way out (one relaxed load), done by cupool__reclaim_deferred(). */
+extern _Atomic bool cupool__reclaim_due;
+void cupool__reclaim_deferred(void);
+static inline void cupool__reclaim_if_due(void)
+{
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__reclaim_due, CUPOOL_RELAXED)))
+        cupool__reclaim_deferred();
+}
 
 /* A registry lookup inside a read section of its own. */
 static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc, const void *h)

@@ -99,11 +99,11 @@ static int reserve(void)
 }
 
 /* Frees the tables replaced so far once no lock-free reader can be inside them; called
- * without the registry's lock (a reader in a read section may be waiting for it). If that
- * cannot be shown now (a reader held up), a later replacement tries again. Without this, a
- * table would be kept for every rehash that clears tombstones: memory growing with the
- * number of handles ever created. */
-static void reclaim_retired(void)
+ * without the registry's lock and outside any read section of the caller's
+ * (cupool__reclaim_deferred). If that cannot be shown now (a reader held up), a later call
+ * tries again. Without this, a table would be kept for every rehash that clears tombstones:
+ * memory growing with the number of handles ever created. */
+void cupool__registry_reclaim(void)
 {
     pthread_mutex_lock(&reg_lock);
     table_t *old = retired;
@@ -169,8 +169,8 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
     }
     bool replaced = retired != NULL;
     pthread_mutex_unlock(&reg_lock);
-    if (replaced)
-        reclaim_retired();
+    if (replaced) /* freed once the caller is out of its read sections */
+        atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
     return rec;
 }
 

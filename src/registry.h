@@ -99,6 +99,9 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
  * not pass it to the driver. */
 bool cupool__registry_remove(struct cupool__handle *rec);
 
+/* Frees replaced tables once no reader can be inside them (see cupool__reclaim_deferred). */
+void cupool__registry_reclaim(void);
+
 /* Handles registered now (count). */
 size_t cupool__registry_count(void);
 
