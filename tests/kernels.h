@@ -3,9 +3,10 @@
  * Test kernels, as PTX for the real driver. The simulated driver ignores the image and runs
  * host functions of the same names (tests/fakecuda/fakecuda.h lists them):
  *   spin(u64 ns)               busy-waits ns nanoseconds of %globaltimer
- *   addone(u64 p)              *(u32 *)p += 1
+ *   addone(u64 p)              atomically *(u32 *)p += 1 (streams running it at once lose
+ *                              no increment)
  *   set_u32(u64 p, u32 v)      *(u32 *)p = v
- *   add_u32(u64 p, u32 v)      *(u32 *)p += v
+ *   add_u32(u64 p, u32 v)      atomically *(u32 *)p += v
  *   trap()                     executes trap: the context's work fails, for good (a sticky
  *                              error, as after an illegal address)
  */
@@ -35,9 +36,7 @@ static const char tu_kernels_ptx[] =
     "  .reg .u32 %r<3>;\n"
     "  ld.param.u64 %rd1, [p];\n"
     "  cvta.to.global.u64 %rd2, %rd1;\n"
-    "  ld.global.u32 %r1, [%rd2];\n"
-    "  add.u32 %r2, %r1, 1;\n"
-    "  st.global.u32 [%rd2], %r2;\n"
+    "  atom.global.add.u32 %r1, [%rd2], 1;\n"
     "  ret;\n"
     "}\n"
     ".visible .entry set_u32(.param .u64 p, .param .u32 v)\n"
@@ -57,9 +56,7 @@ static const char tu_kernels_ptx[] =
     "  ld.param.u64 %rd1, [p];\n"
     "  ld.param.u32 %r1, [v];\n"
     "  cvta.to.global.u64 %rd2, %rd1;\n"
-    "  ld.global.u32 %r2, [%rd2];\n"
-    "  add.u32 %r3, %r2, %r1;\n"
-    "  st.global.u32 [%rd2], %r3;\n"
+    "  atom.global.add.u32 %r2, [%rd2], %r1;\n"
     "  ret;\n"
     "}\n"
     ".visible .entry trap()\n"

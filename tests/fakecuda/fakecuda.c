@@ -1185,7 +1185,7 @@ static void k_addone(void **args, const unsigned grid[3], const unsigned block[3
     (void)grid, (void)block;
     uint32_t *p = kernel_ptr(args[0], 4);
     if (p)
-        *p += 1;
+        __atomic_fetch_add(p, 1, __ATOMIC_RELAXED);
 }
 
 static void k_set_u32(void **args, const unsigned grid[3], const unsigned block[3])
@@ -1203,7 +1203,7 @@ static void k_add_u32(void **args, const unsigned grid[3], const unsigned block[
     uint32_t *p = kernel_ptr(args[0], 4), v;
     memcpy(&v, args[1], 4);
     if (p)
-        *p += v;
+        __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 
 /* ((u32 *)p)[block] = the width of the block's thread-block cluster, for every block of the
