@@ -31,7 +31,8 @@
 CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
 CUPOOL_TLS_IE bool cupool__closer;
 _Atomic uint32_t cupool__drv_anon;
-_Atomic uint32_t cupool__read_anon;
+_Atomic uint32_t cupool__read_anon[2];
+CUPOOL_TLS_IE uint32_t cupool__read_anon_tl;
 
 static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
@@ -738,9 +739,10 @@ static void class_forget_idle(struct cupool__class *cls)
  * that resets or creates contexts for months never fills the table. The struct's gen moves
  * on first, then every read section that may still hold the old class is waited for (no lock
  * held); if that cannot be shown in time the classes wait for the next pass. Returns the
- * number reclaimed. From trim and from class creation; the caller holds no class it could
- * reclaim (its own read section, if any, is not waited for). */
-static uint32_t classes_reclaim(void)
+ * number reclaimed, or -1 when the grace period did not end within timeout_ns. From trim, from
+ * class creation and from cupool__reclaim_deferred(); the caller is outside every read
+ * section of its own. */
+static int classes_reclaim(uint64_t timeout_ns)
 {
     if (!atomic_load(&classes_dead))
         return 0;
@@ -779,8 +781,8 @@ static uint32_t classes_reclaim(void)
         cand[n++] = c;
     }
     pthread_mutex_unlock(&class_lock);
-    bool grace = n > 0 && cupool__synchronize(10000000u);
-    uint32_t freed = 0;
+    bool grace = n > 0 && cupool__synchronize(timeout_ns);
+    int freed = 0;
     pthread_mutex_lock(&class_lock);
     for (uint32_t k = 0; k < n; k++) {
         struct cupool__class *c = cand[k];
@@ -801,19 +803,44 @@ static uint32_t classes_reclaim(void)
     }
     pthread_mutex_unlock(&class_lock);
     pthread_mutex_unlock(&reclaim_lock);
-    return freed;
+    return n > 0 && !grace ? -1 : freed;
 }
 
-/* classes_reclaim() from inside the caller's read section (class creation finding every
- * index in use): the section is left for the pass and entered again. The caller holds no
- * class across the call. True if any class was reclaimed. */
+/* Asks the driver about the context of every live class, retiring those it proves gone
+ * (cupool__ctx_verdict: a passing error keeps the class). A context destroyed with
+ * cuCtxDestroy leaves its classes behind otherwise: nothing else looks at a class whose
+ * handles are all owned or cached, or whose depot holds no more than its low-water mark.
+ * One cuCtxGetId per class. From trim and from class creation finding every index in use;
+ * inside a read section (each class struct stays mapped, and a retired one is skipped). */
+static void classes_check_contexts(void)
+{
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        struct cupool__class *c = cupool__class_at(i);
+        CUresult err;
+        if (c && atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) &&
+            cupool__ctx_verdict(c->ctx, c->ctx_id, &err) == 0)
+            class_mark_dead(c);
+    }
+}
+
+/* classes_reclaim() from inside the caller's read sections (class creation finding every
+ * index in use), after asking the driver about every live class's context: the sections,
+ * with or without the thread's cache, are left for the pass and entered again. The caller
+ * holds no class across the call. True if any class was reclaimed. */
 static bool classes_reclaim_outside(void)
 {
+    classes_check_contexts();
     struct cupool__tcache *tc = cupool__tl;
     uint32_t depth = tc ? atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST : 0;
+    uint32_t anon = cupool__read_anon_tl & CUPOOL_RD_NEST;
     for (uint32_t i = 0; i < depth; i++)
         cupool__read_leave(tc);
-    bool any = classes_reclaim() > 0;
+    for (uint32_t i = 0; i < anon; i++)
+        cupool__read_leave(NULL);
+    bool any = classes_reclaim(10000000u) > 0;
+    for (uint32_t i = 0; i < anon; i++)
+        cupool__read_enter(NULL);
     for (uint32_t i = 0; i < depth; i++)
         cupool__read_enter(tc);
     return any;
@@ -821,15 +848,41 @@ static bool classes_reclaim_outside(void)
 
 _Atomic bool cupool__reclaim_due;
 
+/* Deferred reclamation runs on callers' threads, so it waits briefly (a grace period takes
+ * microseconds when no section is held up) and, when a section was held up, backs off:
+ * the next try is RECLAIM_BACKOFF_MIN_NS later, doubling to RECLAIM_BACKOFF_MAX_NS while
+ * tries keep failing. A caller thus stalls at most RECLAIM_WAIT_NS, at most once per backoff
+ * period, however long another thread stays in a section (cupool_trim waits longer). */
+#define RECLAIM_WAIT_NS 200000u
+#define RECLAIM_BACKOFF_MIN_NS 1000000u
+#define RECLAIM_BACKOFF_MAX_NS 1000000000u
+static _Atomic uint64_t reclaim_not_before; /* monotonic ns */
+static _Atomic uint64_t reclaim_backoff;    /* ns; 0: the last try succeeded */
+
 void cupool__reclaim_deferred(void)
 {
-    struct cupool__tcache *tc = cupool__tl;
-    if (tc && (atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST))
+    int st = cupool__state_now();
+    if (st != CUPOOL_ST_RUNNING && st != CUPOOL_ST_PASSTHROUGH)
+        return; /* a forked child, an exit or an unload: nothing is reclaimed any more */
+    if (cupool__read_inside())
         return; /* still inside a section: the next call on the way out does it */
+    uint64_t now = cupool__monotonic_ns();
+    if (now < atomic_load_explicit(&reclaim_not_before, CUPOOL_RELAXED))
+        return; /* backing off: the flag stays set for a call after the pause */
     atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
-    cupool__registry_reclaim();
-    if (atomic_load(&classes_dead) >= RECLAIM_AT)
-        classes_reclaim();
+    bool ok = cupool__registry_reclaim(RECLAIM_WAIT_NS);
+    if (atomic_load(&classes_dead) >= RECLAIM_AT && classes_reclaim(RECLAIM_WAIT_NS) < 0)
+        ok = false;
+    if (ok) {
+        atomic_store_explicit(&reclaim_backoff, 0, CUPOOL_RELAXED);
+        return;
+    }
+    uint64_t b = atomic_load_explicit(&reclaim_backoff, CUPOOL_RELAXED);
+    b = b ? (b >= RECLAIM_BACKOFF_MAX_NS / 2 ? RECLAIM_BACKOFF_MAX_NS : 2 * b)
+          : RECLAIM_BACKOFF_MIN_NS;
+    atomic_store_explicit(&reclaim_backoff, b, CUPOOL_RELAXED);
+    atomic_store_explicit(&reclaim_not_before, cupool__monotonic_ns() + b, CUPOOL_RELAXED);
+    atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
 }
 
 /* Sum of every thread's slot counters at index i (what a class taking the index starts
@@ -1785,6 +1838,7 @@ bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout
 }
 
 _Atomic uint32_t cupool__gp_phase;
+_Atomic uint64_t cupool__gp_timeouts;
 static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER; /* one grace period at a time */
 
 /* Waits until every other thread is outside any read section or inside one begun in the
@@ -1808,7 +1862,8 @@ static bool wait_readers(uint64_t deadline)
             nanosleep(&ts, NULL);
         }
     }
-    return wait_zero(&cupool__read_anon, deadline);
+    /* readers without a cache: those counted in the phase that is not the current one */
+    return wait_zero(&cupool__read_anon[CUPOOL_RD_IDX(phase ^ CUPOOL_RD_PHASE)], deadline);
 }
 
 /* Without a barrier on other threads (membarrier(2) failed after initialisation and no flush
@@ -1825,8 +1880,7 @@ static bool readers_all_fenced(void)
 
 bool cupool__synchronize(uint64_t timeout_ns)
 {
-    struct cupool__tcache *me = cupool__tl;
-    if (me && (atomic_load_explicit(&me->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST))
+    if (cupool__read_inside())
         return false; /* never inside a read section: see pool.h */
     /* with readers that fence themselves, this thread's own fence completes the handshake */
     if (!cupool__membarrier() &&
@@ -1848,12 +1902,14 @@ bool cupool__synchronize(uint64_t timeout_ns)
     }
     pthread_mutex_unlock(&gp_lock);
     atomic_thread_fence(memory_order_seq_cst);
+    if (!ok)
+        atomic_fetch_add_explicit(&cupool__gp_timeouts, 1, CUPOOL_RELAXED);
     return ok;
 }
 
-bool cupool__registry_grace(void)
+bool cupool__registry_grace(uint64_t timeout_ns)
 {
-    return cupool__synchronize(10000000u);
+    return cupool__synchronize(timeout_ns);
 }
 
 void cupool__pool_quiesce(void)
@@ -1911,6 +1967,11 @@ CUresult cupool_trim(void)
     if (tc)
         tcache_flush(tc);
     CUresult first = CUDA_SUCCESS;
+    /* contexts destroyed since (cuCtxDestroy) retire their classes here, so that the pass
+     * below forgets their idle handles and the reclamation frees their indexes */
+    cupool__read_enter(tc);
+    classes_check_contexts();
+    cupool__read_leave(tc);
     uint32_t n = cupool__class_limit();
     for (uint32_t i = 0; i < n; i++) {
         /* one read section per class: a reclamation elsewhere waits for at most one */
@@ -1924,8 +1985,8 @@ CUresult cupool_trim(void)
         cupool__read_leave(tc);
     }
     atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
-    cupool__registry_reclaim();
-    classes_reclaim();
+    cupool__registry_reclaim(10000000u);
+    classes_reclaim(10000000u);
     cupool__graph_cache_trim();
     return first;
 }

@@ -250,7 +250,10 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
  *    enter stores the current grace-period phase with a nesting count of 1 (a plain store),
  *    inner ones add 1; then a compiler barrier (membarrier(2) on the updater's side supplies
  *    the CPU barrier) or, where membarrier is unavailable (cupool__sync_fence), a full fence.
- *    A thread without a cache counts itself in a shared counter with an atomic add. A section
+ *    A thread without a cache keeps its nesting and phase in a thread-local word
+ *    (cupool__read_anon_tl) and counts its outermost section in the shared counter of that
+ *    phase (cupool__read_anon[phase], an atomic add, a full barrier): so it is waited for in
+ *    two phases too, and overlapping anonymous readers never hold a grace period up. A section
  *    must not wait for a lock an updater may hold while it synchronizes (none does: updaters
  *    drop their locks first, and only synchronizers take cupool__gp's lock).
  *  - Updater: unpublish (a store the reader would load), then cupool__synchronize(): a
@@ -266,8 +269,11 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
  *  is reclaimed (its own sections are not waited for). */
 #define CUPOOL_RD_PHASE 0x80000000u
 #define CUPOOL_RD_NEST (CUPOOL_RD_PHASE - 1)
-extern _Atomic uint32_t cupool__read_anon; /* readers without a thread cache */
-extern _Atomic uint32_t cupool__gp_phase;  /* 0 or CUPOOL_RD_PHASE */
+extern _Atomic uint32_t cupool__read_anon[2]; /* readers without a thread cache, by phase */
+extern _Atomic uint32_t cupool__gp_phase;     /* 0 or CUPOOL_RD_PHASE */
+/* This thread's sections without a cache: phase | nesting, as tc->in_read. */
+extern CUPOOL_TLS_IE uint32_t cupool__read_anon_tl;
+#define CUPOOL_RD_IDX(v) ((v) >> 31) /* the phase bit as an index into cupool__read_anon */
 
 static inline void cupool__read_enter(struct cupool__tcache *tc)
 {
@@ -284,7 +290,14 @@ static inline void cupool__read_enter(struct cupool__tcache *tc)
             atomic_signal_fence(memory_order_seq_cst);
         }
     } else {
-        atomic_fetch_add(&cupool__read_anon, 1);
+        uint32_t v = cupool__read_anon_tl;
+        if (v & CUPOOL_RD_NEST) {
+            cupool__read_anon_tl = v + 1;
+        } else {
+            v = atomic_load_explicit(&cupool__gp_phase, CUPOOL_ACQUIRE) | 1;
+            cupool__read_anon_tl = v;
+            atomic_fetch_add(&cupool__read_anon[CUPOOL_RD_IDX(v)], 1);
+        }
     }
 }
 
@@ -293,14 +306,24 @@ static inline void cupool__read_leave(struct cupool__tcache *tc)
     if (CUPOOL_LIKELY(tc != NULL))
         atomic_store_explicit(&tc->in_read, atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) - 1,
                               CUPOOL_RELEASE);
-    else
-        atomic_fetch_sub(&cupool__read_anon, 1);
+    else if (!(--cupool__read_anon_tl & CUPOOL_RD_NEST))
+        atomic_fetch_sub(&cupool__read_anon[CUPOOL_RD_IDX(cupool__read_anon_tl)], 1);
+}
+
+/* True if the calling thread is inside a read section (with or without its cache). */
+static inline bool cupool__read_inside(void)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    return (cupool__read_anon_tl & CUPOOL_RD_NEST) ||
+           (tc && (atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST));
 }
 
 /* The updater's half (above). Returns false at once when the calling thread is inside a read
  * section of its own: two threads each waiting, inside a section, for the other's section
  * to end would only meet at their timeouts. */
 bool cupool__synchronize(uint64_t timeout_ns);
+/* Grace periods that waited timeout_ns without seeing every section end (count; for tests). */
+extern _Atomic uint64_t cupool__gp_timeouts;
 
 /* Reclamation that a read section asked for (a replaced registry table, classes retired past
  * the threshold) runs after the section, never inside one: set by the section, checked by
@@ -323,8 +346,9 @@ static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc,
 }
 
 /* Called after a new registry table was published (without the registry's lock): true once
- * every reader that might still be inside an older table has left it (waits up to ~10 ms). */
-bool cupool__registry_grace(void);
+ * every reader that might still be inside an older table has left it (waits up to
+ * timeout_ns). */
+bool cupool__registry_grace(uint64_t timeout_ns);
 
 /* The monotonic clock, in ns. */
 uint64_t cupool__monotonic_ns(void);

@@ -101,23 +101,23 @@ static int reserve(void)
 /* Frees the tables replaced so far once no lock-free reader can be inside them; called
  * without the registry's lock and outside any read section of the caller's
  * (cupool__reclaim_deferred). If that cannot be shown now (a reader held up), a later call
- * tries again. Without this, a table would be kept for every rehash that clears tombstones:
+ * tries again (false: some are kept). Without this, a table would be kept for every rehash that clears tombstones:
  * memory growing with the number of handles ever created. */
-void cupool__registry_reclaim(void)
+bool cupool__registry_reclaim(uint64_t timeout_ns)
 {
     pthread_mutex_lock(&reg_lock);
     table_t *old = retired;
     retired = NULL;
     pthread_mutex_unlock(&reg_lock);
     if (!old)
-        return;
-    if (cupool__registry_grace()) {
+        return true;
+    if (cupool__registry_grace(timeout_ns)) {
         while (old) {
             table_t *next = old->retired_next;
             cupool__free(old, table_bytes(old->mask + 1));
             old = next;
         }
-        return;
+        return true;
     }
     pthread_mutex_lock(&reg_lock);
     table_t *last = old;
@@ -126,6 +126,7 @@ void cupool__registry_reclaim(void)
     last->retired_next = retired;
     retired = old;
     pthread_mutex_unlock(&reg_lock);
+    return false;
 }
 
 static struct cupool__handle *record_new(void)

@@ -99,8 +99,9 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
  * not pass it to the driver. */
 bool cupool__registry_remove(struct cupool__handle *rec);
 
-/* Frees replaced tables once no reader can be inside them (see cupool__reclaim_deferred). */
-void cupool__registry_reclaim(void);
+/* Frees replaced tables once no reader can be inside them, waiting up to timeout_ns for that
+ * (see cupool__reclaim_deferred). False when some had to be kept for a later call. */
+bool cupool__registry_reclaim(uint64_t timeout_ns);
 
 /* Handles registered now (count). */
 size_t cupool__registry_count(void);

@@ -96,14 +96,19 @@ CUresult cupool_stats_print(FILE *out)
             "idle", "in_use", "high");
     size_t n = 0;
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
     uint32_t limit = cupool__class_limit();
     for (uint32_t i = 0; i < limit; i++) {
+        /* a snapshot inside a read section, the writing outside it: a stream that blocks (a
+         * pipe nobody reads) never holds a grace period up */
+        cupool__read_enter(rtc);
         const struct cupool__class *c = cupool__class_at(i);
-        if (!c || !class_listed(c))
-            continue;
+        bool listed = c && class_listed(c);
         cupool_class_stats_t s;
-        class_stats(c, &s);
+        if (listed)
+            class_stats(c, &s);
+        cupool__read_leave(rtc);
+        if (!listed)
+            continue;
         n++;
         fprintf(out,
                 "%-6s %7llu %#5x %4d %5s %12" PRIu64 " %12" PRIu64 " %10" PRIu64 " %10" PRIu64
@@ -112,7 +117,6 @@ CUresult cupool_stats_print(FILE *out)
                 s.priority, s.context_alive ? "yes" : "no", s.acquires, s.hits, s.creates,
                 s.destroys, s.dropped, s.idle, s.in_use, s.high_water);
     }
-    cupool__read_leave(rtc);
     if (n == 0)
         fprintf(out, "(no pools used)\n");
     cupool_graph_stats_t g;

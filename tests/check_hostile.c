@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -619,6 +621,345 @@ START_TEST(concurrent_reclamation_keeps_classes_apart)
 }
 END_TEST
 
+/* ---- contexts destroyed, readers without a cache, sections held up ------------------ */
+
+/* A context created with cuCtxCreate and destroyed with cuCtxDestroy, a stream acquired and
+ * released in each, thousands of times (more than the class table holds): trim asks the
+ * driver about every class's context, so the classes of destroyed contexts are reclaimed
+ * whether their handles sit in the depot at its low-water mark (one thread, prewarm 1) or in
+ * another thread's magazine (a worker makes the contexts, the main thread trims). Such
+ * classes were never looked at, and acquires failed once the table was full. */
+static _Atomic int churn_done;
+static long churn_rounds;
+static _Atomic int churn_errors;
+
+static void destroyed_context_round(void)
+{
+    CUcontext c, popped;
+    CUstream s;
+    if (tu.cuCtxCreate(&c, 0, tu_dev) != CUDA_SUCCESS ||
+        cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
+        cupool_stream_release(s) != CUDA_SUCCESS || tu.cuCtxPopCurrent(&popped) != CUDA_SUCCESS ||
+        tu.cuCtxDestroy(c) != CUDA_SUCCESS) {
+        fprintf(stderr, "destroyed contexts: %s\n", cupool_error_string());
+        atomic_fetch_add(&churn_errors, 1);
+    }
+}
+
+static void *churn_worker(void *arg)
+{
+    (void)arg;
+    for (long i = 0; i < churn_rounds && !atomic_load(&churn_errors); i++)
+        destroyed_context_round();
+    atomic_store(&churn_done, 1);
+    return NULL;
+}
+
+START_TEST(destroyed_contexts_release_their_classes)
+{
+    setenv("CUPOOL_STREAM_PREWARM", "1", 1);
+    tu_setup();
+    long rounds = tu_fake.present ? 17000 : 30;
+    uint32_t max_limit = 0;
+    for (long i = 0; i < rounds && !atomic_load(&churn_errors); i++) {
+        destroyed_context_round();
+        TU_OK(cupool_trim());
+        uint32_t limit = cupool__class_limit();
+        max_limit = limit > max_limit ? limit : max_limit;
+    }
+    int errors = atomic_load(&churn_errors);
+    ck_assert_int_eq(errors, 0);
+    ck_assert_uint_le(max_limit, 4);
+    churn_rounds = tu_fake.present ? 17000 : 10;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, churn_worker, NULL), 0);
+    long trims = 0;
+    while (!atomic_load(&churn_done)) {
+        TU_OK(cupool_trim());
+        trims++;
+    }
+    pthread_join(t, NULL); /* the worker's magazines go back to their classes */
+    TU_OK(cupool_trim());
+    printf("destroyed contexts: %ld contexts with trims, at most %u class indexes in use; "
+           "%ld made by a worker during %ld trims, %zu classes listed after\n",
+           rounds, max_limit, churn_rounds, trims, tu_class_count());
+    errors = atomic_load(&churn_errors);
+    ck_assert_int_eq(errors, 0);
+    ck_assert_uint_le(tu_class_count(), 1);
+}
+END_TEST
+
+/* Contexts with 12 stream classes each (two flags, six priorities), current again after. */
+static void make_context_classes(CUcontext *ctx, int n)
+{
+    for (int i = 0; i < n; i++) {
+        CUcontext popped;
+        TU_OK(tu.cuCtxCreate(&ctx[i], 0, tu_dev));
+        for (int f = 0; f < 2; f++)
+            for (int pr = 0; pr > -6; pr--) {
+                cupool_stream_pool_t p;
+                TU_OK(cupool_stream_pool_get(&p, ctx[i], f ? CU_STREAM_NON_BLOCKING : 0, pr));
+            }
+        TU_OK(tu.cuCtxPopCurrent(&popped));
+    }
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+}
+
+/* Threads that never acquired anything (monitors polling cupool_stats_get over 1200 classes)
+ * are in read sections most of the time, overlapping one another: grace periods still end,
+ * so the classes of 1500 resets are reclaimed as they go. Such readers were counted in one
+ * shared counter without a phase that overlapping readers never let reach zero: every
+ * reclamation timed out and the table grew by one class per reset. */
+static _Atomic int pollers_stop;
+
+static void *stats_poller(void *arg)
+{
+    (void)arg;
+    size_t n;
+    while (!atomic_load(&pollers_stop))
+        (void)cupool_stats_get(NULL, 0, &n);
+    return NULL;
+}
+
+START_TEST(readers_without_a_cache_never_hold_up_reclamation)
+{
+    tu_setup();
+    if (!tu_fake.present) {
+        printf("readers without a cache: needs the simulated driver's cheap contexts (not run)\n");
+        return;
+    }
+    enum { NCTX = 100 };
+    static CUcontext ctx[NCTX];
+    make_context_classes(ctx, NCTX);
+    uint32_t base = cupool__class_limit();
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, stats_poller, NULL), 0);
+    long rounds = scaled(1500);
+    uint32_t max_limit = 0;
+    for (long i = 0; i < rounds; i++) {
+        CUstream s;
+        TU_OK(tu.cuDevicePrimaryCtxRelease(tu_dev));
+        TU_OK(tu.cuDevicePrimaryCtxReset(tu_dev));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&tu_ctx, tu_dev));
+        TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+        TU_OK(cupool_stream_acquire(&s, 0, 0));
+        TU_OK(cupool_stream_release(s));
+        TU_OK(cupool_trim());
+        uint32_t limit = cupool__class_limit();
+        max_limit = limit > max_limit ? limit : max_limit;
+    }
+    atomic_store(&pollers_stop, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    printf("readers without a cache: %ld resets beside %u classes, at most %u indexes in use\n",
+           rounds, base, max_limit);
+    ck_assert_uint_le(max_limit, base + 64);
+    for (int i = 0; i < NCTX; i++)
+        TU_OK(tu.cuCtxDestroy(ctx[i]));
+}
+END_TEST
+
+/* cupool_stats_print() to a pipe nobody reads blocks in its writes; those happen outside its
+ * read sections, so a grace period still ends while it is blocked. It once wrote inside its
+ * section: every grace period timed out while it was blocked. */
+static FILE *blocked_out;
+
+static void *blocked_printer(void *arg)
+{
+    (void)arg;
+    (void)cupool_stats_print(blocked_out);
+    return NULL;
+}
+
+START_TEST(blocked_statistics_writer_holds_up_nothing)
+{
+    tu_setup();
+    if (!tu_fake.present) {
+        printf("blocked statistics writer: needs the simulated driver's cheap contexts (not "
+               "run)\n");
+        return;
+    }
+    enum { NCTX = 100 }; /* 1200 classes: about 120 KB of lines, more than a pipe holds */
+    static CUcontext ctx[NCTX];
+    make_context_classes(ctx, NCTX);
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    int capacity = fcntl(fds[1], F_GETPIPE_SZ);
+    ck_assert_int_gt(capacity, 0);
+    ck_assert_ptr_nonnull(blocked_out = fdopen(fds[1], "w"));
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, blocked_printer, NULL), 0);
+    int queued = 0;
+    for (int looks = 0; looks < 10000 && queued < capacity; looks++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        ck_assert_int_eq(ioctl(fds[0], FIONREAD, &queued), 0);
+    }
+    ck_assert_int_eq(queued, capacity); /* the writer is blocked in the middle of its table */
+    ck_assert(cupool__synchronize(100000000u));
+    /* drain until the writer is done (the write end stays open: reads must not block) */
+    ck_assert_int_eq(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+    char buf[4096];
+    while (read(fds[0], buf, sizeof buf) > 0 || pthread_tryjoin_np(t, NULL) != 0)
+        ;
+    fclose(blocked_out);
+    close(fds[0]);
+    for (int i = 0; i < NCTX; i++)
+        TU_OK(tu.cuCtxDestroy(ctx[i]));
+}
+END_TEST
+
+/* A thread that stays in a read section (here, held open on purpose) holds grace periods up;
+ * the reclamation that public calls do on their way out then backs off instead of waiting
+ * on every call: 4000 acquires, each a registry insert that asks for the replaced tables to
+ * be freed, give a few dozen failed grace periods, not one (of 10 ms) per call. */
+static _Atomic int section_held, section_release;
+
+static void *section_holder(void *arg)
+{
+    (void)arg;
+    CUevent e;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS ||
+        cupool_event_acquire(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+        cupool_event_release(e) != CUDA_SUCCESS)
+        return NULL; /* section_held stays 0: the test fails */
+    struct cupool__tcache *tc = cupool__tcache_self();
+    cupool__read_enter(tc);
+    atomic_store(&section_held, 1);
+    while (!atomic_load(&section_release)) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cupool__read_leave(tc);
+    return NULL;
+}
+
+START_TEST(held_up_grace_periods_back_off)
+{
+    tu_setup();
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, section_holder, NULL), 0);
+    for (int looks = 0; looks < 10000 && !atomic_load(&section_held); looks++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert(atomic_load(&section_held));
+    enum { N = 4000 };
+    static CUevent ev[N];
+    uint64_t before = atomic_load(&cupool__gp_timeouts);
+    uint64_t t0 = cupool__monotonic_ns();
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
+    uint64_t failed = atomic_load(&cupool__gp_timeouts) - before;
+    double secs = (double)(cupool__monotonic_ns() - t0) / 1e9;
+    atomic_store(&section_release, 1);
+    pthread_join(t, NULL);
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_event_release(ev[i]));
+    printf("held-up grace periods: %d acquires in %.2f s tried %llu grace periods that timed "
+           "out\n",
+           N, secs, (unsigned long long)failed);
+    /* the backoff doubles from 1 ms to 1 s: about 11 tries, then one a second */
+    ck_assert_uint_le(failed, 12 + (uint64_t)secs + 2);
+    ck_assert(cupool__synchronize(100000000u)); /* and once the section ends, they end */
+}
+END_TEST
+
+/* The class table full of classes of destroyed contexts: a thread without a cache (one that
+ * only makes explicit pools) reclaims them like any other thread, instead of waiting on its
+ * own read section until the reclamation timed out and failing with OUT_OF_MEMORY. */
+static CUcontext full_fresh;
+static CUresult full_result;
+
+static void *cacheless_pool_get(void *arg)
+{
+    (void)arg;
+    cupool_stream_pool_t p;
+    full_result = cupool_stream_pool_get(&p, full_fresh, 0, 0);
+    return NULL;
+}
+
+START_TEST(full_table_reclaims_from_a_thread_without_cache)
+{
+    tu_setup();
+    if (!tu_fake.present) {
+        printf("full table: needs the simulated driver's cheap contexts (not run)\n");
+        return;
+    }
+    uint32_t n = CUPOOL_MAX_CLASSES - cupool__class_limit();
+    CUcontext *ctx = calloc(n, sizeof(*ctx));
+    ck_assert_ptr_nonnull(ctx);
+    for (uint32_t i = 0; i < n; i++) {
+        CUcontext popped;
+        cupool_stream_pool_t p;
+        TU_OK(tu.cuCtxCreate(&ctx[i], 0, tu_dev));
+        TU_OK(cupool_stream_pool_get(&p, ctx[i], 0, 0));
+        TU_OK(tu.cuCtxPopCurrent(&popped));
+    }
+    ck_assert_uint_eq(cupool__class_limit(), CUPOOL_MAX_CLASSES);
+    for (uint32_t i = 0; i < n; i++)
+        TU_OK(tu.cuCtxDestroy(ctx[i]));
+    CUcontext popped;
+    TU_OK(tu.cuCtxCreate(&full_fresh, 0, tu_dev));
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    for (int k = 0; k < 2; k++) {
+        pthread_t t;
+        full_result = CUDA_ERROR_UNKNOWN;
+        ck_assert_int_eq(pthread_create(&t, NULL, cacheless_pool_get, NULL), 0);
+        pthread_join(t, NULL);
+        ck_assert_msg(full_result == CUDA_SUCCESS, "pool_get at a full table: %s",
+                      cupool_result_name(full_result));
+    }
+    printf("full table: %u classes of destroyed contexts; a thread without a cache made a pool\n",
+           n);
+    TU_OK(tu.cuCtxDestroy(full_fresh));
+    free(ctx);
+}
+END_TEST
+
+/* A child forked while the parent has reclamation pending (replaced registry tables, asked
+ * for inside a section of the parent's) refuses every call without running it: the
+ * reclamation takes locks another parent thread may have held at the fork (children hung on
+ * the registry's lock), and waits on sections that never end in the child. Its metadata
+ * does not change and its calls return CUDA_ERROR_NOT_PERMITTED. */
+START_TEST(forked_child_never_reclaims)
+{
+    tu_setup();
+    enum { N = 3000 };
+    static CUevent ev[N];
+    struct cupool__tcache *tc = cupool__tcache_self();
+    ck_assert_ptr_nonnull(tc);
+    cupool__read_enter(tc); /* the acquires' reclamation waits until the section ends */
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
+    ck_assert(atomic_load(&cupool__reclaim_due)); /* replaced tables wait for a grace period */
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        cupool__read_leave(tc);
+        size_t before = cupool_metadata_bytes();
+        CUevent e;
+        CUstream s;
+        int bad = cupool_event_acquire(&e, 0) != CUDA_ERROR_NOT_PERMITTED;
+        bad |= (cupool_stream_acquire(&s, 0, 0) != CUDA_ERROR_NOT_PERMITTED) << 1;
+        bad |= (cupool_event_release(ev[0]) != CUDA_ERROR_NOT_PERMITTED) << 2;
+        bad |= (cupool_metadata_bytes() != before) << 3;
+        _exit(bad);
+    }
+    cupool__read_leave(tc);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child status 0x%x (exit bits: 1 event acquire, 2 stream acquire, 4 release, "
+                  "8 metadata changed)",
+                  status);
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_event_release(ev[i]));
+}
+END_TEST
+
 /* membarrier(2) denied after initialisation (a sandbox locked down once the program set up):
  * grace periods still complete, so replaced registry tables and retired classes are still
  * reclaimed. */
@@ -788,6 +1129,12 @@ int main(void)
     tcase_add_test(tc, concurrent_reclamation_keeps_classes_apart);
     tcase_add_test(tc, reclaims_when_membarrier_is_denied_later);
     tcase_add_test(tc, capture_update_applies_cluster_dimension);
+    tcase_add_test(tc, destroyed_contexts_release_their_classes);
+    tcase_add_test(tc, readers_without_a_cache_never_hold_up_reclamation);
+    tcase_add_test(tc, blocked_statistics_writer_holds_up_nothing);
+    tcase_add_test(tc, held_up_grace_periods_back_off);
+    tcase_add_test(tc, full_table_reclaims_from_a_thread_without_cache);
+    tcase_add_test(tc, forked_child_never_reclaims);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return tu_run(s);
