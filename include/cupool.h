@@ -251,6 +251,9 @@ CUPOOL_API CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent 
  * the depot above each class's low-water mark (CUPOOL_STREAM_PREWARM / CUPOOL_EVENT_PREWARM).
  * Handles cached by other threads (at most 2 x CUPOOL_MAGAZINE_SIZE per thread and class) are
  * not touched. Handles of a context that no longer exists are forgotten without a driver call.
+ * Asks the driver about every pool's context first (one cuCtxGetId(ctx) per class): the pools
+ * of contexts destroyed or reset since are retired, and their class slots reclaimed once no
+ * handle of theirs is left (waiting up to 10 ms for other threads' lock-free lookups).
  * Returns CUDA_SUCCESS or the first error: a failed destroy keeps that handle (and the rest of
  * its magazine) pooled for a later trim; a transient failure of the context check destroys
  * nothing. Also an init
