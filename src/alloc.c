@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Metadata allocation. Where the process can host jemalloc, cupool's own structures live in
  * a private jemalloc arena (arenas.create), so they neither fragment nor are fragmented by the

@@ -49,8 +49,10 @@ struct fninfo {
     CUfunction fn;
     uint32_t nparams;
     uint32_t bytes; /* end of the last parameter */
-    uint32_t *off, *size;
-    size_t cap;     /* entries allocated in off and in size */
+    struct fnparam {
+        uint32_t off, size; /* bytes */
+    } *param;
+    size_t cap;     /* entries allocated in param */
     uint32_t refs;  /* pipelines holding it */
     bool listed;    /* in fn_table */
     struct fninfo *next;
@@ -158,8 +160,7 @@ static size_t fn_bucket(CUfunction f)
 
 static void fninfo_free(struct fninfo *fi)
 {
-    cupool__free(fi->off, fi->cap * sizeof(*fi->off));
-    cupool__free(fi->size, fi->cap * sizeof(*fi->size));
+    cupool__free(fi->param, fi->cap * sizeof(*fi->param));
     cupool__free(fi, sizeof(*fi));
 }
 
@@ -183,15 +184,13 @@ static void pipeline_unhold(struct cupool_pipeline *p)
     memset(p->fcache, 0, sizeof(p->fcache));
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem);
-
 /* Makes p hold fi (once). fn_lock held. False if out of memory. */
 static bool pipeline_hold(struct cupool_pipeline *p, struct fninfo *fi)
 {
     for (size_t i = 0; i < p->nheld; i++)
         if (p->held[i] == fi)
             return true;
-    if (!grow((void **)&p->held, &p->heldcap, p->nheld + 1, sizeof(*p->held)))
+    if (!GROW(p->held, p->heldcap, p->nheld + 1))
         return false;
     p->held[p->nheld++] = fi;
     fi->refs++;
@@ -226,26 +225,11 @@ static CUresult fninfo_read(CUfunction f, struct fninfo **out)
             fninfo_free(fi);
             return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, at);
         }
-        if (fi->nparams == fi->cap) {
-            size_t cap = fi->cap ? fi->cap * 2 : 8;
-            uint32_t *off = cupool__alloc(cap * sizeof(*off));
-            uint32_t *size = cupool__alloc(cap * sizeof(*size));
-            if (!off || !size) {
-                cupool__free(off, cap * sizeof(*off));
-                cupool__free(size, cap * sizeof(*size));
-                fninfo_free(fi);
-                return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
-            }
-            if (fi->nparams) {
-                memcpy(off, fi->off, fi->nparams * sizeof(*off));
-                memcpy(size, fi->size, fi->nparams * sizeof(*size));
-            }
-            cupool__free(fi->off, fi->cap * sizeof(*fi->off));
-            cupool__free(fi->size, fi->cap * sizeof(*fi->size));
-            fi->off = off, fi->size = size, fi->cap = cap;
+        if (!GROW(fi->param, fi->cap, fi->nparams + 1)) {
+            fninfo_free(fi);
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
         }
-        fi->off[fi->nparams] = (uint32_t)o;
-        fi->size[fi->nparams] = (uint32_t)sz;
+        fi->param[fi->nparams] = (struct fnparam){(uint32_t)o, (uint32_t)sz};
         if (o + sz > fi->bytes)
             fi->bytes = (uint32_t)(o + sz);
         fi->nparams++;
@@ -257,8 +241,7 @@ static CUresult fninfo_read(CUfunction f, struct fninfo **out)
 static bool fninfo_same(const struct fninfo *a, const struct fninfo *b)
 {
     return a->nparams == b->nparams &&
-           (!a->nparams || (memcmp(a->off, b->off, a->nparams * sizeof(*a->off)) == 0 &&
-                            memcmp(a->size, b->size, a->nparams * sizeof(*a->size)) == 0));
+           (!a->nparams || memcmp(a->param, b->param, a->nparams * sizeof(*a->param)) == 0);
 }
 
 /* Learns f's layout: read until two readings agree (three at most). The end of the parameter
@@ -517,7 +500,7 @@ static CUresult kernel_add(cupool_pipeline_t pipeline, CUfunction f, unsigned in
         return r;
     memset(p->args + off, 0, fi->bytes);
     for (uint32_t i = 0; i < fi->nparams; i++)
-        memcpy(p->args + off + fi->off[i], args[i], fi->size[i]);
+        memcpy(p->args + off + fi->param[i].off, args[i], fi->param[i].size);
     p->alen = off + fi->bytes;
     n->u.k.fn = f;
     n->u.k.info = fi;
@@ -1064,7 +1047,8 @@ struct grave {
 /* The graveyard (cache lock): grows as needed, so nothing that must be destroyed is ever
  * dropped, and a destroy the driver refused once is tried again at a later reap. */
 static struct grave *graves;
-static int ngraves, graves_cap, nblind;
+static int ngraves, nblind;
+static size_t graves_cap;
 /* the instantiation gate (below): sections of driver calls no instantiation overlaps */
 static _Atomic uint32_t *gate_enter(void);
 static inline void gate_leave(_Atomic uint32_t *c);
@@ -1093,16 +1077,16 @@ static bool grave_destroy(struct grave *g)
         return true; /* its context is gone, or the driver: nothing left to destroy */
     if (st < 0)
         return false;
+    /* an object is gone once destroyed, or once the driver itself is */
+#define GONE(call) ((r = CUPOOL_DRV(call)) == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
     CUresult r;
-    if (g->exec && ((r = CUPOOL_DRV(cupool__drv.cuGraphExecDestroy(g->exec))) == CUDA_SUCCESS ||
-                    r == CUDA_ERROR_DEINITIALIZED))
+    if (g->exec && GONE(cupool__drv.cuGraphExecDestroy(g->exec)))
         g->exec = NULL;
-    if (g->graph && ((r = CUPOOL_DRV(cupool__drv.cuGraphDestroy(g->graph))) == CUDA_SUCCESS ||
-                     r == CUDA_ERROR_DEINITIALIZED))
+    if (g->graph && GONE(cupool__drv.cuGraphDestroy(g->graph)))
         g->graph = NULL;
-    if (g->done && ((r = CUPOOL_DRV(cupool__drv.cuEventDestroy(g->done))) == CUDA_SUCCESS ||
-                    r == CUDA_ERROR_DEINITIALIZED))
+    if (g->done && GONE(cupool__drv.cuEventDestroy(g->done)))
         g->done = NULL;
+#undef GONE
     if (g->exec || g->graph || g->done) {
         g->ready = true; /* what is left has been let go of: retry at the next reap */
         return false;
@@ -1110,21 +1094,20 @@ static bool grave_destroy(struct grave *g)
     return true;
 }
 
+/* The last resort: a destroy failed and there is no memory to keep the object for a retry. */
+static void grave_lost(const char *what)
+{
+    cupool__log(CUPOOL_LOG_WARN, "no memory to keep %s whose destroy failed: it is left to the "
+                                 "driver",
+                what);
+}
+
 /* Adds a grave. Cache lock held. False when there is no memory for it (the caller destroys
  * its objects itself then: the rare slow case). */
 static bool grave_add(const struct grave *g)
 {
-    if (ngraves == graves_cap) {
-        int cap = graves_cap ? graves_cap * 2 : 64;
-        struct grave *fresh = cupool__alloc((size_t)cap * sizeof(*fresh));
-        if (!fresh)
-            return false;
-        if (ngraves)
-            memcpy(fresh, graves, (size_t)ngraves * sizeof(*fresh));
-        cupool__free(graves, (size_t)graves_cap * sizeof(*graves));
-        graves = fresh;
-        graves_cap = cap;
-    }
+    if (!GROW(graves, graves_cap, (size_t)ngraves + 1))
+        return false;
     graves[ngraves++] = *g;
     nblind += grave_blind(g);
     graves_count();
@@ -1146,8 +1129,7 @@ static void objects_destroy(CUgraphExec exec, CUgraph graph, CUevent done, CUcon
     bool buried = grave_add(&g);
     pthread_mutex_unlock(&cache_lock);
     if (!buried)
-        cupool__log(CUPOOL_LOG_WARN, "no memory to keep a graph object whose destroy failed: "
-                                     "it is left to the driver");
+        grave_lost("a graph object");
 }
 
 /* Buries x's driver objects (and, for an entry, its template graph: graph given). Cache lock
@@ -1206,8 +1188,7 @@ static void graves_reap(bool all)
             pthread_mutex_lock(&cache_lock);
             for (int i = 0; i < keep; i++)
                 if (!grave_add(&out[i]))
-                    cupool__log(CUPOOL_LOG_WARN, "no memory to keep a graph object whose "
-                                                 "destroy failed: it is left to the driver");
+                    grave_lost("a graph object");
             pthread_mutex_unlock(&cache_lock);
         }
         if (n < BATCH || keep == n)
@@ -1229,8 +1210,7 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
     if (alive && (x->exec || x->done || x->graph) && !exec_bury(e, x)) {
         struct grave g = {x->exec, x->graph, x->done, false, true, e->ctx, e->ctx_id};
         if (!grave_destroy(&g)) /* no memory for a grave: now, under the lock (rare) */
-            cupool__log(CUPOOL_LOG_WARN, "no memory to keep a graph exec whose destroy "
-                                         "failed: it is left to the driver");
+            grave_lost("a graph exec");
     }
     cache_bytes -= exec_bytes(e, x);
     cache_execs--;
@@ -1252,8 +1232,7 @@ static void entry_free_as(struct gentry *e, bool alive)
         /* destroyed outside the lock, at the next reap (nothing of it runs) */
         struct grave g = {NULL, e->graph, NULL, false, true, e->ctx, e->ctx_id};
         if (!grave_add(&g) && !grave_destroy(&g))
-            cupool__log(CUPOOL_LOG_WARN, "no memory to keep a template graph whose destroy "
-                                         "failed: it is left to the driver");
+            grave_lost("a template graph");
         e->graph = NULL;
     }
     cache_bytes -= e->bytes;
@@ -1349,7 +1328,7 @@ static void kernel_params(const struct pnode *n, const unsigned char *args, void
 {
     const struct fninfo *fi = n->u.k.info;
     for (uint32_t i = 0; i < fi->nparams; i++)
-        argv[i] = (void *)(args + n->u.k.arg_off + fi->off[i]);
+        argv[i] = (void *)(args + n->u.k.arg_off + fi->param[i].off);
     memset(kp, 0, sizeof(*kp));
     kp->func = n->u.k.fn;
     kp->gridDimX = n->u.k.grid[0], kp->gridDimY = n->u.k.grid[1], kp->gridDimZ = n->u.k.grid[2];
@@ -1612,6 +1591,80 @@ static CUresult template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **n
 
 static bool kernel_same(const struct pnode *n, const struct pnode *o);
 
+/* Sets into the graph nodes gn[] every node of p that differs from the description it last
+ * carried (old, with its argument bytes old_args): through the exec when exec is given
+ * (cuGraphExec*SetParams: an update), else into a graph not instantiated yet (cuGraph*
+ * SetParams). One driver call per changed node. *count: the nodes set. Stops at the first
+ * error, which it returns (not recorded: the callers say what failed). */
+static CUresult nodes_set_changed(const struct cupool_pipeline *p, const struct pnode *old,
+                                  const unsigned char *old_args, const CUgraphNode *gn,
+                                  CUgraphExec exec, CUcontext ctx, uint64_t *count)
+{
+    *count = 0;
+    for (uint32_t i = 0; i < p->n; i++) {
+        const struct pnode *n = &p->nodes[i], *o = &old[i];
+        CUresult r;
+        switch (n->type) {
+        case PN_KERNEL: {
+            const struct fninfo *fi = n->u.k.info;
+            if (kernel_same(n, o) &&
+                (!fi->bytes ||
+                 memcmp(p->args + n->u.k.arg_off, old_args + o->u.k.arg_off, fi->bytes) == 0))
+                continue;
+            CUDA_KERNEL_NODE_PARAMS kp;
+            kernel_params(n, p->args, p->argv, &kp);
+            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(exec, gn[i], &kp))
+                     : CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(gn[i], &kp));
+            break;
+        }
+        case PN_MEMSET: {
+            if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
+                continue;
+            CUDA_MEMSET_NODE_PARAMS mp;
+            memset_params(n, &mp);
+            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemsetNodeSetParams(exec, gn[i], &mp, ctx))
+                     : CUPOOL_DRV(cupool__drv.cuGraphMemsetNodeSetParams(gn[i], &mp));
+            break;
+        }
+        case PN_MEMCPY: {
+            if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
+                continue;
+            CUDA_MEMCPY3D cp;
+            memcpy_params(n, &cp);
+            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemcpyNodeSetParams(exec, gn[i], &cp, ctx))
+                     : CUPOOL_DRV(cupool__drv.cuGraphMemcpyNodeSetParams(gn[i], &cp));
+            break;
+        }
+        case PN_RECORD:
+            if (n->u.ev.ev == o->u.ev.ev)
+                continue;
+            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(exec, gn[i],
+                                                                                n->u.ev.ev))
+                     : CUPOOL_DRV(cupool__drv.cuGraphEventRecordNodeSetEvent(gn[i], n->u.ev.ev));
+            break;
+        case PN_WAIT:
+            if (n->u.ev.ev == o->u.ev.ev)
+                continue;
+            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(exec, gn[i],
+                                                                              n->u.ev.ev))
+                     : CUPOOL_DRV(cupool__drv.cuGraphEventWaitNodeSetEvent(gn[i], n->u.ev.ev));
+            break;
+        default: {
+            if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
+                continue;
+            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
+            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(exec, gn[i], &hp))
+                     : CUPOOL_DRV(cupool__drv.cuGraphHostNodeSetParams(gn[i], &hp));
+            break;
+        }
+        }
+        if (r != CUDA_SUCCESS)
+            return r;
+        ++*count;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* Gives the nodes of an exec's own clone of e's template the parameters of the launching
  * description p, before the clone is instantiated: a template keeps the parameters of the
  * launch that built it, and nothing of an earlier description may reach an instantiation.
@@ -1623,56 +1676,11 @@ static bool kernel_same(const struct pnode *n, const struct pnode *o);
 static CUresult clone_take_params(const struct gentry *e, const struct gexec *x,
                                   struct cupool_pipeline *p)
 {
-    for (uint32_t i = 0; i < p->n; i++) {
-        const struct pnode *n = &p->nodes[i], *o = &e->tmpl[i];
-        CUresult r = CUDA_SUCCESS;
-        switch (n->type) {
-        case PN_KERNEL: {
-            const struct fninfo *fi = n->u.k.info;
-            if (kernel_same(n, o) &&
-                (!fi->bytes || memcmp(p->args + n->u.k.arg_off, e->tmpl_args + o->u.k.arg_off,
-                                      fi->bytes) == 0))
-                continue;
-            CUDA_KERNEL_NODE_PARAMS kp;
-            kernel_params(n, p->args, p->argv, &kp);
-            r = CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(x->nodes[i], &kp));
-            break;
-        }
-        case PN_MEMSET: {
-            if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
-                continue;
-            CUDA_MEMSET_NODE_PARAMS mp;
-            memset_params(n, &mp);
-            r = CUPOOL_DRV(cupool__drv.cuGraphMemsetNodeSetParams(x->nodes[i], &mp));
-            break;
-        }
-        case PN_MEMCPY: {
-            if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
-                continue;
-            CUDA_MEMCPY3D cp;
-            memcpy_params(n, &cp);
-            r = CUPOOL_DRV(cupool__drv.cuGraphMemcpyNodeSetParams(x->nodes[i], &cp));
-            break;
-        }
-        case PN_RECORD:
-        case PN_WAIT:
-            if (n->u.ev.ev == o->u.ev.ev)
-                continue;
-            r = n->type == PN_RECORD
-                    ? CUPOOL_DRV(cupool__drv.cuGraphEventRecordNodeSetEvent(x->nodes[i], n->u.ev.ev))
-                    : CUPOOL_DRV(cupool__drv.cuGraphEventWaitNodeSetEvent(x->nodes[i], n->u.ev.ev));
-            break;
-        default: {
-            if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
-                continue;
-            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
-            r = CUPOOL_DRV(cupool__drv.cuGraphHostNodeSetParams(x->nodes[i], &hp));
-            break;
-        }
-        }
-        if (r != CUDA_SUCCESS)
-            return cupool__fail(r, "setting node %u of a new exec's graph failed", i);
-    }
+    uint64_t set;
+    CUresult r = nodes_set_changed(p, e->tmpl, e->tmpl_args, x->nodes, NULL, e->ctx, &set);
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "setting the parameters of a new exec's graph failed (%u nodes set)",
+                            (unsigned)set);
     return CUDA_SUCCESS;
 }
 
@@ -1885,7 +1893,6 @@ static bool kernel_same(const struct pnode *n, const struct pnode *o)
 static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
                         uint64_t *updated, bool *unchanged)
 {
-    uint64_t count = 0;
     *updated = 0;
     /* this exec last ran exactly this description: nothing to compare */
     if (x->snap_owner == p && x->snap_gen == p->gen) {
@@ -1899,66 +1906,9 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
     if (*unchanged)
         return true;
     _Atomic uint32_t *gate = gate_enter();
-    for (uint32_t i = 0; i < p->n; i++) {
-        const struct pnode *n = &p->nodes[i], *o = &x->snap[i];
-        CUresult r = CUDA_SUCCESS;
-        switch (n->type) {
-        case PN_KERNEL: {
-            const struct fninfo *fi = n->u.k.info;
-            if (kernel_same(n, o) &&
-                (!fi->bytes || memcmp(p->args + n->u.k.arg_off, x->snap_args + o->u.k.arg_off,
-                                      fi->bytes) == 0))
-                continue;
-            CUDA_KERNEL_NODE_PARAMS kp;
-            kernel_params(n, p->args, p->argv, &kp);
-            r = CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(x->exec, x->nodes[i], &kp));
-            break;
-        }
-        case PN_MEMSET: {
-            if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
-                continue;
-            CUDA_MEMSET_NODE_PARAMS mp;
-            memset_params(n, &mp);
-            r = CUPOOL_DRV(
-                cupool__drv.cuGraphExecMemsetNodeSetParams(x->exec, x->nodes[i], &mp, e->ctx));
-            break;
-        }
-        case PN_MEMCPY: {
-            if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
-                continue;
-            CUDA_MEMCPY3D cp;
-            memcpy_params(n, &cp);
-            r = CUPOOL_DRV(
-                cupool__drv.cuGraphExecMemcpyNodeSetParams(x->exec, x->nodes[i], &cp, e->ctx));
-            break;
-        }
-        case PN_RECORD:
-        case PN_WAIT:
-            if (n->u.ev.ev == o->u.ev.ev)
-                continue;
-            r = n->type == PN_RECORD
-                    ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(x->exec, x->nodes[i],
-                                                                                n->u.ev.ev))
-                    : CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(x->exec, x->nodes[i],
-                                                                              n->u.ev.ev));
-            break;
-        default: {
-            if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
-                continue;
-            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
-            r = CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(x->exec, x->nodes[i], &hp));
-            break;
-        }
-        }
-        if (r != CUDA_SUCCESS) {
-            gate_leave(gate);
-            return false;
-        }
-        count++;
-    }
+    CUresult r = nodes_set_changed(p, x->snap, x->snap_args, x->nodes, x->exec, e->ctx, updated);
     gate_leave(gate);
-    *updated = count;
-    return true;
+    return r == CUDA_SUCCESS;
 }
 
 /* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order

@@ -153,22 +153,9 @@ static void tcache_flush(struct cupool__tcache *tc)
     cupool__read_leave(tc);
 }
 
-/* A class a walker of the table may touch: live (alive, its fields published by that store),
- * or retired and not reclaimed (its fields fixed). A struct being filled for a new class
- * (phase LIVE, alive not yet 1) and a reclaimed one (FREE) are neither. */
-static inline bool class_walkable(const struct cupool__class *c)
-{
-    if (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE))
-        return true;
-    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
-    return phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN;
-}
-
 static inline bool class_retired(const struct cupool__class *c)
 {
-    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
-    return !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) &&
-           (phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN);
+    return !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && cupool__class_walkable(c);
 }
 
 /* Moves this thread's cached handles of retired classes to their retire stacks, where trim
@@ -452,6 +439,19 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
                         cls->ctx_id);
 }
 
+/* Ends a handle by its context's verdict (CTX_ALIVE or CTX_GONE): destroyed in a live
+ * context, forgotten without a driver call in a gone one. A failed destroy keeps the handle
+ * registered, for a retry, and is returned. */
+static CUresult handle_dispose(struct cupool__class *cls, struct cupool__handle *rec,
+                               enum ctx_state st)
+{
+    if (st == CTX_GONE) {
+        handle_forget(cls, rec);
+        return CUDA_SUCCESS;
+    }
+    return handle_destroy(cls, rec);
+}
+
 /* A handle that cannot be pooled (no memory for a magazine): destroyed if its context is
  * known alive, else forgotten. */
 static CUresult handle_discard(struct cupool__class *cls, struct cupool__handle *rec)
@@ -492,14 +492,9 @@ static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine
     if (st == CTX_UNKNOWN)
         return err;
     for (uint32_t i = 0; i < n && m->count; i++) {
-        struct cupool__handle *rec = m->items[m->count - 1].rec;
-        if (st == CTX_GONE) {
-            handle_forget(cls, rec);
-        } else {
-            CUresult r = handle_destroy(cls, rec);
-            if (r != CUDA_SUCCESS)
-                return r;
-        }
+        CUresult r = handle_dispose(cls, m->items[m->count - 1].rec, st);
+        if (r != CUDA_SUCCESS)
+            return r;
         m->count--;
     }
     return CUDA_SUCCESS;
@@ -1328,13 +1323,9 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
     enum ctx_state cs = class_ctx_check(cls, &err);
     if (cs == CTX_UNKNOWN)
         return err;
-    if (cs == CTX_GONE) {
-        handle_forget(cls, rec);
-    } else {
-        CUresult r = handle_destroy(cls, rec);
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
+    CUresult r = handle_dispose(cls, rec, cs);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct cupool__tcache *tc = cupool__tcache_self();
     struct cupool__slot *s = tc ? slot_get(tc, cls->index) : NULL;
     if (s)
@@ -1812,18 +1803,24 @@ uint64_t cupool__monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Spins briefly (the sections waited for are usually microseconds), then sleeps 20 us between
- * looks. */
+/* The pause after a look that found a thread still inside: the first 64 spin (the sections
+ * waited for are usually microseconds), later ones sleep 20 us. False once past deadline. */
+static bool look_again(unsigned looks, uint64_t deadline)
+{
+    if (looks < 64)
+        return true;
+    if (cupool__monotonic_ns() > deadline)
+        return false;
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+    return true;
+}
+
 static bool wait_zero(_Atomic uint32_t *c, uint64_t deadline)
 {
-    for (unsigned looks = 0; atomic_load_explicit(c, CUPOOL_ACQUIRE) != 0; looks++) {
-        if (looks < 64)
-            continue;
-        if (cupool__monotonic_ns() > deadline)
+    for (unsigned looks = 0; atomic_load_explicit(c, CUPOOL_ACQUIRE) != 0; looks++)
+        if (!look_again(looks, deadline))
             return false;
-        struct timespec ts = {0, 20000};
-        nanosleep(&ts, NULL);
-    }
     return true;
 }
 
@@ -1854,12 +1851,8 @@ static bool wait_readers(uint64_t deadline)
             uint32_t v = atomic_load_explicit(&tc->in_read, CUPOOL_ACQUIRE);
             if (!(v & CUPOOL_RD_NEST) || (v & CUPOOL_RD_PHASE) == phase)
                 break;
-            if (looks < 64)
-                continue;
-            if (cupool__monotonic_ns() > deadline)
+            if (!look_again(looks, deadline))
                 return false;
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
         }
     }
     /* readers without a cache: those counted in the phase that is not the current one */
@@ -1907,11 +1900,6 @@ bool cupool__synchronize(uint64_t timeout_ns)
     return ok;
 }
 
-bool cupool__registry_grace(uint64_t timeout_ns)
-{
-    return cupool__synchronize(timeout_ns);
-}
-
 void cupool__pool_quiesce(void)
 {
     cupool__membarrier();
@@ -1951,7 +1939,7 @@ void cupool__pool_close(bool all_threads)
     for (uint32_t i = 0; i < n; i++) {
         /* handles over the cap went to the retire stack: the whole depot goes either way */
         struct cupool__class *c = cupool__class_at(i);
-        if (c && class_walkable(c))
+        if (c && cupool__class_walkable(c))
             close_class(c);
     }
     cupool__read_leave(rtc);
@@ -1977,7 +1965,7 @@ CUresult cupool_trim(void)
         /* one read section per class: a reclamation elsewhere waits for at most one */
         cupool__read_enter(tc);
         struct cupool__class *c = cupool__class_at(i);
-        if (c && class_walkable(c)) {
+        if (c && cupool__class_walkable(c)) {
             r = trim_class(c);
             if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
                 first = r;

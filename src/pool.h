@@ -345,10 +345,6 @@ static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc,
     return rec;
 }
 
-/* Called after a new registry table was published (without the registry's lock): true once
- * every reader that might still be inside an older table has left it (waits up to
- * timeout_ns). */
-bool cupool__registry_grace(uint64_t timeout_ns);
 
 /* The monotonic clock, in ns. */
 uint64_t cupool__monotonic_ns(void);
@@ -400,6 +396,18 @@ extern void (*cupool__class_miss_hook)(void);
 
 /* Classes retired so far (count); threads compare it with their retired_seen. */
 extern _Atomic uint64_t cupool__classes_retired;
+
+/* A class a walker of the table may touch (trim, sweeps, statistics): live (alive, its fields
+ * published by that store), or retired and not reclaimed (its fields fixed). A struct being
+ * filled for a new class (phase LIVE, alive not yet 1), one being reclaimed and a reclaimed
+ * one (FREE) are none of these. Inside a read section. */
+static inline bool cupool__class_walkable(const struct cupool__class *c)
+{
+    if (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE))
+        return true;
+    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
+    return phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN;
+}
 
 /* Classes by index: indexes below cupool__class_limit(); NULL for an index never used, and
  * phase CUPOOL_CLASS_FREE for one reclaimed. Read inside a read section. */

@@ -101,8 +101,8 @@ static int reserve(void)
 /* Frees the tables replaced so far once no lock-free reader can be inside them; called
  * without the registry's lock and outside any read section of the caller's
  * (cupool__reclaim_deferred). If that cannot be shown now (a reader held up), a later call
- * tries again (false: some are kept). Without this, a table would be kept for every rehash that clears tombstones:
- * memory growing with the number of handles ever created. */
+ * tries again (false: some are kept). Without this, a table would be kept for every rehash
+ * that clears tombstones: memory growing with the number of handles ever created. */
 bool cupool__registry_reclaim(uint64_t timeout_ns)
 {
     pthread_mutex_lock(&reg_lock);
@@ -111,7 +111,7 @@ bool cupool__registry_reclaim(uint64_t timeout_ns)
     pthread_mutex_unlock(&reg_lock);
     if (!old)
         return true;
-    if (cupool__registry_grace(timeout_ns)) {
+    if (cupool__synchronize(timeout_ns)) {
         while (old) {
             table_t *next = old->retired_next;
             cupool__free(old, table_bytes(old->mask + 1));

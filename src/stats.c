@@ -47,16 +47,6 @@ static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out
     out->high_water = atomic_load_explicit(&c->high_water, CUPOOL_RELAXED);
 }
 
-/* A class the statistics list: live, or retired and not reclaimed yet (a fresh index's
- * struct being filled, one being reclaimed and a reclaimed one are not). */
-static bool class_listed(const struct cupool__class *c)
-{
-    if (atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE))
-        return true;
-    int phase = atomic_load_explicit(&c->phase, CUPOOL_ACQUIRE);
-    return phase == CUPOOL_CLASS_GONE || phase == CUPOOL_CLASS_BROKEN;
-}
-
 CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count)
 {
     if (cupool__forked())
@@ -69,7 +59,7 @@ CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *
     uint32_t limit = cupool__class_limit();
     for (uint32_t i = 0; i < limit; i++) {
         const struct cupool__class *c = cupool__class_at(i);
-        if (!c || !class_listed(c))
+        if (!c || !cupool__class_walkable(c))
             continue;
         if (n < capacity)
             class_stats(c, &stats[n]);
@@ -102,7 +92,7 @@ CUresult cupool_stats_print(FILE *out)
          * pipe nobody reads) never holds a grace period up */
         cupool__read_enter(rtc);
         const struct cupool__class *c = cupool__class_at(i);
-        bool listed = c && class_listed(c);
+        bool listed = c && cupool__class_walkable(c);
         cupool_class_stats_t s;
         if (listed)
             class_stats(c, &s);

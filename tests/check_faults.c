@@ -187,16 +187,8 @@ static void fake_open(void)
 static CUcontext ctx2; /* a second context, never current during the workload */
 static int workload(int strict);
 
-/*
- * Uses every public entry point that reaches the driver: both APIs, three stream classes
- * (each lookup of a stream class asks for the priority range), explicit pools in the current
- * and in another context (push/pop around creation), reuse of unchecked streams (the capture
- * check), trim (destroy). strict: every call must succeed. Otherwise failures are allowed,
- * but each must be a known error code. Returns the number of failed calls.
- */
-static int workload(int strict)
-{
-    int failed = 0;
+/* A workload step: counts a failure in the caller's `failed`; with `strict`, fails the test.
+ * Every failure must be a code the driver reference lists. */
 #define STEP(call)                                                                          \
     do {                                                                                    \
         CUresult r_ = (call);                                                               \
@@ -208,6 +200,17 @@ static int workload(int strict)
                           "%s returned an unknown code %d", #call, (int)r_);                \
         }                                                                                   \
     } while (0)
+
+/*
+ * Uses every public entry point that reaches the driver: both APIs, three stream classes
+ * (each lookup of a stream class asks for the priority range), explicit pools in the current
+ * and in another context (push/pop around creation), reuse of unchecked streams (the capture
+ * check), trim (destroy). strict: every call must succeed. Otherwise failures are allowed,
+ * but each must be a known error code. Returns the number of failed calls.
+ */
+static int workload(int strict)
+{
+    int failed = 0;
     CUstream s[6] = {0};
     CUevent e[4] = {0};
     cupool_stream_pool_t sp = NULL, sp2 = NULL;
@@ -247,7 +250,6 @@ static int workload(int strict)
         memset(e, 0, sizeof(e));
     }
     STEP(cupool_trim());
-#undef STEP
     return failed;
 }
 
@@ -294,50 +296,39 @@ static CUresult capture_set(CUstream s, void *user)
 static int graph_workload(int strict, unsigned salt)
 {
     int failed = 0;
-#define GSTEP(call)                                                                         \
-    do {                                                                                    \
-        CUresult r_ = (call);                                                               \
-        if (r_ != CUDA_SUCCESS) {                                                           \
-            failed++;                                                                       \
-            ck_assert_msg(!strict, "%s returned %s: %s", #call, cupool_result_name(r_),     \
-                          cupool_error_string());                                           \
-            ck_assert_msg(strcmp(cupool_result_name(r_), "CUDA_ERROR_UNKNOWN_CODE") != 0,   \
-                          "%s returned an unknown code %d", #call, (int)r_);                \
-        }                                                                                   \
-    } while (0)
     CUstream s[4] = {0};
     CUevent ev[2] = {0};
     cupool_pipeline_t p = NULL;
     for (int i = 0; i < 4; i++)
-        GSTEP(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0));
+        STEP(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0));
     for (int i = 0; i < 2; i++)
-        GSTEP(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
-    GSTEP(cupool_pipeline_create(&p));
+        STEP(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
+    STEP(cupool_pipeline_create(&p));
     unsigned runs_before = host_runs[0] + host_runs[1];
     unsigned expect_runs = 0;
     for (int round = 0; p && round < 3; round++) {
         unsigned v = salt * 16 + (unsigned)round, w = v + 1;
         CUdeviceptr set_dst = gmem + 4 * (1 + (unsigned)round % 2);
-        GSTEP(cupool_pipeline_reset(p));
+        STEP(cupool_pipeline_reset(p));
         cupool_node_t n0 = 0, n1 = 0;
-        GSTEP(cupool_pipeline_kernel(p, gk.set_u32, 1, 1, 1, 1, 1, 1, 0,
+        STEP(cupool_pipeline_kernel(p, gk.set_u32, 1, 1, 1, 1, 1, 1, 0,
                                      (void *[]){&gmem, &v}, &n0));
-        GSTEP(cupool_pipeline_memset(p, set_dst, w, 4, 1, &n1));
-        GSTEP(cupool_pipeline_memcpy(p, gmem + 12, set_dst, 4, NULL));
-        GSTEP(cupool_pipeline_memset(p, gmem + 16, w & 0xff, 1, 4, NULL)); /* bytes */
-        GSTEP(cupool_pipeline_event_record(p, ev[round % 2], NULL));
-        GSTEP(cupool_pipeline_event_wait(p, ev[(round + 1) % 2], NULL));
-        GSTEP(cupool_pipeline_host(p, host_count, &host_runs[round % 2], NULL));
+        STEP(cupool_pipeline_memset(p, set_dst, w, 4, 1, &n1));
+        STEP(cupool_pipeline_memcpy(p, gmem + 12, set_dst, 4, NULL));
+        STEP(cupool_pipeline_memset(p, gmem + 16, w & 0xff, 1, 4, NULL)); /* bytes */
+        STEP(cupool_pipeline_event_record(p, ev[round % 2], NULL));
+        STEP(cupool_pipeline_event_wait(p, ev[(round + 1) % 2], NULL));
+        STEP(cupool_pipeline_host(p, host_count, &host_runs[round % 2], NULL));
         cupool_node_t last = 0;
-        GSTEP(cupool_pipeline_kernel(p, gk.add_u32, 1, 1, 1, 1, 1, 1, 0,
+        STEP(cupool_pipeline_kernel(p, gk.add_u32, 1, 1, 1, 1, 1, 1, 0,
                                      (void *[]){&gmem, &w}, &last));
-        GSTEP(cupool_pipeline_depend(p, last, (cupool_node_t[]){n0, n1}, 2));
+        STEP(cupool_pipeline_depend(p, last, (cupool_node_t[]){n0, n1}, 2));
         if (round == 2) /* another structure: one node more */
-            GSTEP(cupool_pipeline_kernel(p, gk.addone, 1, 1, 1, 1, 1, 1, 0,
+            STEP(cupool_pipeline_kernel(p, gk.addone, 1, 1, 1, 1, 1, 1, 0,
                                          (void *[]){&gmem}, NULL));
         for (int i = 0; i < (round ? 4 : 3); i++) {
             CUresult r = s[i] ? cupool_pipeline_launch(p, s[i]) : CUDA_ERROR_INVALID_HANDLE;
-            GSTEP(r);
+            STEP(r);
             if (r == CUDA_SUCCESS)
                 expect_runs++;
             if (s[i])
@@ -350,14 +341,14 @@ static int graph_workload(int strict, unsigned salt)
             }
         }
         if (round == 0 && graphs_used)
-            GSTEP(cupool_pipeline_dot(p, "/dev/null"));
+            STEP(cupool_pipeline_dot(p, "/dev/null"));
     }
     if (strict && graphs_used)
         ck_assert_uint_eq(host_runs[0] + host_runs[1] - runs_before, expect_runs);
     unsigned cv = salt;
     for (int k = 0; k < 3 && s[0]; k++) {
         cv = salt + (unsigned)k;
-        GSTEP(cupool_capture_launch(7, s[0], capture_set, &cv,
+        STEP(cupool_capture_launch(7, s[0], capture_set, &cv,
                                     k ? CUPOOL_CAPTURE_UPDATE : CUPOOL_CAPTURE_REPLAY));
         OWN(strict, tu.cuStreamSynchronize(s[0]));
         if (strict) {
@@ -367,14 +358,13 @@ static int graph_workload(int strict, unsigned salt)
         }
     }
     if (p)
-        GSTEP(cupool_pipeline_destroy(p));
+        STEP(cupool_pipeline_destroy(p));
     for (int i = 0; i < 2; i++)
         if (ev[i])
-            GSTEP(cupool_event_release(ev[i]));
+            STEP(cupool_event_release(ev[i]));
     for (int i = 0; i < 4; i++)
         if (s[i])
-            GSTEP(cupool_stream_release(s[i]));
-#undef GSTEP
+            STEP(cupool_stream_release(s[i]));
     return failed;
 }
 

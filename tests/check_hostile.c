@@ -689,6 +689,16 @@ START_TEST(destroyed_contexts_release_their_classes)
 }
 END_TEST
 
+/* Tests that make thousands of contexts run on the simulated driver only (a real context
+ * costs milliseconds and memory): true there; elsewhere says "not run" and false. */
+static bool cheap_contexts(const char *test)
+{
+    if (tu_fake.present)
+        return true;
+    printf("%s: needs the simulated driver's cheap contexts (not run)\n", test);
+    return false;
+}
+
 /* Contexts with 12 stream classes each (two flags, six priorities), current again after. */
 static void make_context_classes(CUcontext *ctx, int n)
 {
@@ -724,10 +734,8 @@ static void *stats_poller(void *arg)
 START_TEST(readers_without_a_cache_never_hold_up_reclamation)
 {
     tu_setup();
-    if (!tu_fake.present) {
-        printf("readers without a cache: needs the simulated driver's cheap contexts (not run)\n");
+    if (!cheap_contexts("readers without a cache"))
         return;
-    }
     enum { NCTX = 100 };
     static CUcontext ctx[NCTX];
     make_context_classes(ctx, NCTX);
@@ -775,11 +783,8 @@ static void *blocked_printer(void *arg)
 START_TEST(blocked_statistics_writer_holds_up_nothing)
 {
     tu_setup();
-    if (!tu_fake.present) {
-        printf("blocked statistics writer: needs the simulated driver's cheap contexts (not "
-               "run)\n");
+    if (!cheap_contexts("blocked statistics writer"))
         return;
-    }
     enum { NCTX = 100 }; /* 1200 classes: about 120 KB of lines, more than a pipe holds */
     static CUcontext ctx[NCTX];
     make_context_classes(ctx, NCTX);
@@ -883,10 +888,8 @@ static void *cacheless_pool_get(void *arg)
 START_TEST(full_table_reclaims_from_a_thread_without_cache)
 {
     tu_setup();
-    if (!tu_fake.present) {
-        printf("full table: needs the simulated driver's cheap contexts (not run)\n");
+    if (!cheap_contexts("full table"))
         return;
-    }
     uint32_t n = CUPOOL_MAX_CLASSES - cupool__class_limit();
     CUcontext *ctx = calloc(n, sizeof(*ctx));
     ck_assert_ptr_nonnull(ctx);
