@@ -308,6 +308,29 @@ CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacit
 CUPOOL_API CUresult cupool_stats_print(FILE *out);
 
 /**
+ * Who paid for handle creation and destruction, summed over every stream and event class
+ * since start (counts). cupool's maintenance thread (CUPOOL_BACKGROUND, on by default)
+ * replenishes a class ahead of demand and destroys idle handles whose idle time decayed
+ * (CUPOOL_DECAY_MS) or that exceed the hard idle caps (CUPOOL_*_IDLE_MAX); everything else is
+ * done on the calling ("request") thread: a miss that found the depot empty, trim, pass-through
+ * mode, unload. A service in steady state should see the request_ figures stop growing.
+ */
+typedef struct cupool_maintenance_stats {
+    int running;                  /**< 1 while the maintenance thread runs */
+    uint64_t wakeups;             /**< rounds of work the maintenance thread ran */
+    uint64_t background_creates;  /**< handles created by the maintenance thread */
+    uint64_t background_destroys; /**< handles destroyed by the maintenance thread */
+    uint64_t request_creates;     /**< handles created on callers' threads */
+    uint64_t request_destroys;    /**< handles destroyed on callers' threads */
+    uint64_t graph_reaps;         /**< graph-cache graveyard reaps run by the maintenance thread */
+} cupool_maintenance_stats_t;
+
+/** Copies the maintenance statistics into *stats. Returns CUDA_SUCCESS or
+ * CUDA_ERROR_INVALID_VALUE (stats NULL). Never calls the driver; thread-safe; works in every
+ * lifecycle state. */
+CUPOOL_API CUresult cupool_maintenance_stats_get(cupool_maintenance_stats_t *stats);
+
+/**
  * Bytes of host memory cupool holds for its own bookkeeping: thread caches, magazines, handle
  * records, registry tables, pool classes, pipelines and the graph cache's own records (not
  * the driver's graphs), each block's 64-byte header included (bytes).
@@ -465,6 +488,14 @@ typedef struct cupool_graph_stats {
     uint64_t entries;         /**< entries cached now */
     uint64_t execs;           /**< graph execs alive now */
     uint64_t bytes;           /**< estimated host and driver memory held by the cache */
+    uint64_t claims_lock_free; /**< launches that claimed the exec their thread last launched
+                                    for that signature on that stream, without the cache lock */
+    uint64_t claims_locked;    /**< launches that took the cache lock to find their entry and
+                                    exec (launches = claims_lock_free + claims_locked) */
+    uint64_t nodes_compared;   /**< node parameters launches compared with their exec's last
+                                    launch: none for a pipeline refilled unchanged, only the
+                                    nodes that changed since its last launch otherwise, every
+                                    node when the exec last ran another description */
 } cupool_graph_stats_t;
 
 /** Copies the graph-cache statistics into *stats. Returns CUDA_SUCCESS or

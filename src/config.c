@@ -38,8 +38,10 @@ struct var {
 #define OFF(field) offsetof(struct cupool__config, field)
 static const struct var vars[] = {
     {"CUPOOL_MAGAZINE_SIZE", VAR_UINT, OFF(magazine_size), 1, 1024, 16, NULL},
-    {"CUPOOL_STREAM_IDLE_MAX", VAR_UINT, OFF(stream_idle_max), 0, 1000000, 64, NULL},
-    {"CUPOOL_EVENT_IDLE_MAX", VAR_UINT, OFF(event_idle_max), 0, 1000000, 1024, NULL},
+    {"CUPOOL_STREAM_IDLE_MAX", VAR_UINT, OFF(stream_idle_max), 0, 1000000, 4096, NULL},
+    {"CUPOOL_EVENT_IDLE_MAX", VAR_UINT, OFF(event_idle_max), 0, 1000000, 16384, NULL},
+    {"CUPOOL_DECAY_MS", VAR_UINT, OFF(decay_ms), 0, 3600000, 10000, NULL},
+    {"CUPOOL_BACKGROUND", VAR_BOOL, OFF(background), 0, 1, 1, NULL},
     {"CUPOOL_STREAM_PREWARM", VAR_UINT, OFF(stream_prewarm), 0, 4096, 0, NULL},
     {"CUPOOL_EVENT_PREWARM", VAR_UINT, OFF(event_prewarm), 0, 65536, 0, NULL},
     {"CUPOOL_DISABLE", VAR_BOOL, OFF(disable), 0, 1, 0, NULL},

@@ -10,6 +10,7 @@
  */
 #include "internal.h"
 #include "lifecycle.h"
+#include "maint.h"
 #include "config.h"
 #include "driver.h"
 #include "error.h"
@@ -136,6 +137,7 @@ static void exit_transition(bool may_destroy)
     if (st == CUPOOL_ST_FORKED || st == CUPOOL_ST_UNLOADED || st == CUPOOL_ST_EXITING)
         return;
     int prev = leave_state(CUPOOL_ST_EXITING);
+    cupool__maint_stop(false); /* not joined: it calls the driver no more, and the process ends */
     if (may_destroy && cupool__cfg.destroy_on_exit)
         close_pools(prev, false);
     if (prev != CUPOOL_ST_UNINIT)
@@ -177,6 +179,7 @@ __attribute__((destructor)) static void at_unload(void)
         return;
     }
     int prev = leave_state(CUPOOL_ST_UNLOADED);
+    cupool__maint_stop(true); /* joined: its code and memory are about to go */
     close_pools(prev, true);
     if (prev != CUPOOL_ST_UNINIT)
         print_stats_at_exit();
@@ -344,8 +347,10 @@ static void at_fork_child(void)
     /* The child shares no usable CUDA state with its parent (the driver refuses every call
      * there too); cupool's pools hold the parent's handles, so they are abandoned unused. A
      * parent that never tried to initialise leaves the child free to start afresh. */
-    if (cupool__state_now() != CUPOOL_ST_UNINIT || atomic_load(&init_entering) != 0)
+    if (cupool__state_now() != CUPOOL_ST_UNINIT || atomic_load(&init_entering) != 0) {
         atomic_store(&cupool__state, CUPOOL_ST_FORKED);
+        cupool__maint_forget(); /* the thread does not exist here */
+    }
 }
 
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;

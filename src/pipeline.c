@@ -31,6 +31,7 @@
 #include "error.h"
 #include "lifecycle.h"
 #include "pool.h"
+#include "maint.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -1054,6 +1055,9 @@ static _Atomic uint32_t *gate_enter(void);
 static inline void gate_leave(_Atomic uint32_t *c);
 
 static _Atomic int graves_due; /* graves a launch may reap now (read without the lock) */
+/* the maintenance thread looks at the graveyard until it is empty (set by the launch that
+ * kicked it; cleared by the thread once it found no grave left) */
+static _Atomic bool graves_watched;
 
 static bool grave_blind(const struct grave *g)
 {
@@ -1196,14 +1200,38 @@ static void graves_reap(bool all)
     }
 }
 
-/* After a launch: reap now and then while graves are due (one launch in 16 per thread). */
+/* After a launch, while graves are due: the maintenance thread reaps them (maint.h); without
+ * it (CUPOOL_BACKGROUND=0, or it could not start) the launching thread does, one launch in 16. */
 static inline void graves_maybe_reap(void)
 {
     static CUPOOL_TLS_IE unsigned tick;
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&graves_due, CUPOOL_RELAXED) > 0) &&
-        (++tick & 15) == 0)
+    if (CUPOOL_LIKELY(atomic_load_explicit(&graves_due, CUPOOL_RELAXED) <= 0))
+        return;
+    /* the thread watches the graveyard until it is empty: one kick, not one per launch */
+    if (atomic_load_explicit(&graves_watched, CUPOOL_RELAXED))
+        return;
+    if (cupool__maint_kick(CUPOOL_MAINT_GRAVES)) {
+        atomic_store_explicit(&graves_watched, true, CUPOOL_RELAXED);
+        return;
+    }
+    if ((++tick & 15) == 0)
         graves_reap(false);
 }
+
+bool cupool__graph_graves_maintain(void)
+{
+    atomic_store(&graves_watched, true);
+    graves_reap(false);
+    pthread_mutex_lock(&cache_lock);
+    bool more = ngraves > 0;
+    pthread_mutex_unlock(&cache_lock);
+    if (more)
+        return true;
+    atomic_store(&graves_watched, false);
+    /* a grave buried since the look above saw the watch still on and did not kick */
+    return atomic_load(&graves_due) > 0;
+}
+
 
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 {

@@ -22,6 +22,7 @@
 #include "driver.h"
 #include "error.h"
 #include "lifecycle.h"
+#include "maint.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -419,6 +420,9 @@ static CUresult handle_destroy(struct cupool__class *cls, struct cupool__handle 
         cupool__registry_remove(rec);
         live_add(cls, -1);
         atomic_fetch_add_explicit(&cls->destroys, 1, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(cupool__maint_self ? &cupool__maint_destroys
+                                                     : &cupool__req_destroys,
+                                  1, CUPOOL_RELAXED);
         return CUDA_SUCCESS;
     }
     if (r != CUDA_ERROR_DEINITIALIZED && error_says_gone(r)) {
@@ -504,9 +508,24 @@ static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine
 /* The depot exchange (slow paths of acquire and release)                                   */
 /* ---------------------------------------------------------------------------------------- */
 
+static void class_decay_inline(struct cupool__class *cls);
+
+/* Asks the maintenance thread for `bits` of work on cls; false when it cannot run (the
+ * caller then does the work inline). */
+static bool class_ask(struct cupool__class *cls, uint32_t bits)
+{
+    if (!cupool__maint_enabled())
+        return false;
+    if ((atomic_load_explicit(&cls->want, CUPOOL_RELAXED) & bits) != bits)
+        atomic_fetch_or_explicit(&cls->want, bits, CUPOOL_RELAXED);
+    return cupool__maint_kick(CUPOOL_MAINT_POOLS);
+}
+
 /* Pushes a filled magazine to the depot, or to the retire stack when the depot would exceed
- * its cap. Two threads may both pass the check at once: the cap can be overshot by one
- * magazine per concurrent thread. Returns true if retired. No driver call. */
+ * its hard cap (CUPOOL_*_IDLE_MAX). Two threads may both pass the check at once: the cap can be
+ * overshot by one magazine per concurrent thread. Returns true if the caller must destroy
+ * retired magazines itself (no maintenance thread); the maintenance thread is asked to
+ * otherwise. No driver call. */
 static bool depot_put(struct cupool__class *cls, struct cupool__magazine *m)
 {
     int64_t n = m->count;
@@ -514,11 +533,35 @@ static bool depot_put(struct cupool__class *cls, struct cupool__magazine *m)
     if (idle + n > (int64_t)cls->idle_max || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED)) {
         atomic_fetch_add_explicit(&cls->retire_idle, n, CUPOOL_RELAXED);
         cupool__stack_push(&cls->retire, m);
-        return true;
+        return !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
+               !class_ask(cls, CUPOOL_CLASS_WANT_DRAIN);
     }
     atomic_fetch_add_explicit(&cls->depot_idle, n, CUPOOL_RELAXED);
     cupool__stack_push(&cls->depot, m);
+    class_decay_inline(cls);
     return false;
+}
+
+/* Lowers the depot's recorded minimum to `now_idle` (the decay's measure of demand). */
+static inline void depot_min_lower(struct cupool__class *cls, int64_t now_idle)
+{
+    int64_t m = atomic_load_explicit(&cls->depot_min, CUPOOL_RELAXED);
+    while (now_idle < m && !atomic_compare_exchange_weak_explicit(
+                               &cls->depot_min, &m, now_idle, CUPOOL_RELAXED, CUPOOL_RELAXED))
+        ;
+}
+
+/* A filled magazine taken from the depot: the decay's minimum, and a refill ahead of demand
+ * when the depot runs low below the reserve a miss asked for. */
+static inline void depot_taken(struct cupool__class *cls, int64_t n)
+{
+    int64_t after = atomic_fetch_sub_explicit(&cls->depot_idle, n, CUPOOL_RELAXED) - n;
+    depot_min_lower(cls, after);
+    uint32_t reserve = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    if (CUPOOL_UNLIKELY(reserve && after < (int64_t)reserve / 2) &&
+        !(atomic_load_explicit(&cls->want, CUPOOL_RELAXED) & CUPOOL_CLASS_WANT_REFILL))
+        (void)class_ask(cls, CUPOOL_CLASS_WANT_REFILL);
+    class_decay_inline(cls);
 }
 
 /* Destroys retired magazines until at most `keep` remain queued, and at most `max` of them
@@ -559,7 +602,7 @@ static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__s
     }
     struct cupool__magazine *full = cupool__stack_pop(&cls->depot);
     if (full) {
-        atomic_fetch_sub_explicit(&cls->depot_idle, full->count, CUPOOL_RELAXED);
+        depot_taken(cls, full->count);
     } else if ((full = cupool__stack_pop(&cls->retire)) != NULL) {
         atomic_fetch_sub_explicit(&cls->retire_idle, full->count, CUPOOL_RELAXED);
     } else {
@@ -610,8 +653,11 @@ static CUresult ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
 static void ctx_leave(const struct ctx_guard *g)
 {
     CUcontext popped;
-    if (!g->pushed || CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) == CUDA_SUCCESS)
+    if (!g->pushed)
         return;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped));
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
+        return; /* popped; or exit or unload began: the driver is not called any more */
     /* The pop failed: put the caller's context back by other means. */
     if (CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(g->prev)) != CUDA_SUCCESS)
         cupool__log(CUPOOL_LOG_WARN, "could not restore the caller's current context after a "
@@ -642,6 +688,8 @@ static CUresult handle_create(struct cupool__class *cls, bool ctx_current, uint3
                             cls->ops->name);
     }
     atomic_fetch_add_explicit(&cls->creates, 1, CUPOOL_RELAXED);
+    atomic_fetch_add_explicit(cupool__maint_self ? &cupool__maint_creates : &cupool__req_creates,
+                              1, CUPOOL_RELAXED);
     live_add(cls, 1);
     *out = rec;
     return CUDA_SUCCESS;
@@ -672,6 +720,217 @@ static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
         depot_put(cls, m);
     else if (m)
         cupool__mag_put(m);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Idle capacity that follows demand: decay, reserve, the maintenance thread's rounds        */
+/* ---------------------------------------------------------------------------------------- */
+
+uint64_t cupool__decay_period_ns(void)
+{
+    /* four ticks per decay time: a handle idle for the whole of it goes within 1.25 x */
+    uint64_t ms = cupool__cfg.decay_ms ? cupool__cfg.decay_ms : 10000;
+    uint64_t ns = ms * 1000000ull / 4;
+    return ns ? ns : 1;
+}
+
+/* A miss (the depot was empty): the maintenance thread is asked to keep a reserve in the
+ * depot, grown (doubled, from two magazines, to at most half the hard cap) once per fill. */
+static void class_missed(struct cupool__class *cls)
+{
+    atomic_store_explicit(&cls->missed, true, CUPOOL_RELAXED);
+    /* a class's first misses are its warm-up: what they create is its working set, and
+     * creating more ahead of it would only guess (a program using one stream would get 33) */
+    if (!atomic_load_explicit(&cls->warm, CUPOOL_RELAXED) || !cupool__maint_enabled())
+        return;
+    if (atomic_exchange_explicit(&cls->reserve_met, false, CUPOOL_RELAXED)) {
+        uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+        uint32_t grown = r ? 2 * r : 2 * cupool__mag_capacity;
+        uint32_t cap = cls->idle_max / 2;
+        grown = grown > cap ? cap : grown;
+        if (grown > r)
+            atomic_store_explicit(&cls->reserve, grown, CUPOOL_RELAXED);
+    }
+    (void)class_ask(cls, CUPOOL_CLASS_WANT_REFILL);
+}
+
+/* Destroys depot handles, at most `max_mags` magazines' worth, until the depot holds at most
+ * `target`. Returns the handles destroyed (or forgotten: a context that is gone); *err gets the
+ * first failure (the handle and the rest of its magazine stay pooled). */
+static int64_t depot_shrink(struct cupool__class *cls, int64_t target, int max_mags,
+                            CUresult *err)
+{
+    int64_t gone = 0;
+    for (int i = 0; (max_mags == 0 || i < max_mags) &&
+                    atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) > target;
+         i++) {
+        struct cupool__magazine *m = cupool__stack_pop(&cls->depot);
+        if (!m)
+            break;
+        int64_t before = atomic_fetch_sub_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
+        depot_min_lower(cls, before - m->count);
+        int64_t excess = before - target;
+        uint32_t n = excess >= (int64_t)m->count ? m->count : (uint32_t)(excess > 0 ? excess : 0);
+        uint32_t had = m->count;
+        CUresult r = destroy_items(cls, m, n);
+        gone += had - m->count;
+        if (r != CUDA_SUCCESS && *err == CUDA_SUCCESS)
+            *err = r;
+        if (m->count) {
+            atomic_fetch_add_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
+            cupool__stack_push(&cls->depot, m);
+            break;
+        }
+        cupool__mag_put(m);
+    }
+    return gone;
+}
+
+/*
+ * One decay step of cls, by the thread that moved next_tick_ns on (it alone touches mins).
+ * Handles that stayed in the depot through the last four ticks (one decay time,
+ * CUPOOL_DECAY_MS) were never needed in it: they are destroyed, down to the larger of the
+ * reserve and the low-water mark (CUPOOL_*_PREWARM). The model is the working-set estimate of
+ * Bonwick & Adams's depot and jemalloc's decay-based purging. At most max_mags magazines
+ * (0: all); true when more were due.
+ */
+static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *err)
+{
+    int64_t cur = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+    int64_t m = atomic_exchange_explicit(&cls->depot_min, cur, CUPOOL_RELAXED);
+    cls->mins[cls->nmins++ % 4] = m < cur ? m : cur;
+    atomic_store_explicit(&cls->warm, true, CUPOOL_RELAXED);
+    if (!atomic_exchange_explicit(&cls->missed, false, CUPOOL_RELAXED)) {
+        uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+        atomic_store_explicit(&cls->reserve, r / 2, CUPOOL_RELAXED);
+    }
+    if (cupool__cfg.decay_ms == 0 || cls->nmins < 4)
+        return false;
+    int64_t lo = cls->mins[0];
+    for (int i = 1; i < 4; i++)
+        lo = cls->mins[i] < lo ? cls->mins[i] : lo;
+    int64_t keep = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    keep = keep > (int64_t)cls->low_water ? keep : (int64_t)cls->low_water;
+    if (lo <= keep)
+        return false;
+    int64_t want_gone = lo - keep;
+    int64_t gone = depot_shrink(cls, cur - want_gone, max_mags, err);
+    for (int i = 0; i < 4; i++)
+        cls->mins[i] = cls->mins[i] > gone ? cls->mins[i] - gone : 0;
+    return gone < want_gone && *err == CUDA_SUCCESS;
+}
+
+/* Claims cls's decay step if it is due (compare-and-swap of next_tick_ns). */
+static bool class_tick_claim(struct cupool__class *cls, uint64_t now)
+{
+    uint64_t due = atomic_load_explicit(&cls->next_tick_ns, CUPOOL_ACQUIRE);
+    return now >= due &&
+           atomic_compare_exchange_strong_explicit(&cls->next_tick_ns, &due,
+                                                   now + cupool__decay_period_ns(), CUPOOL_ACQ_REL,
+                                                   CUPOOL_RELAXED);
+}
+
+/* Without the maintenance thread (CUPOOL_BACKGROUND=0), the decay runs on the depot exchanges
+ * of the class, at most two magazines per step: the inline fallback. */
+static void class_decay_inline(struct cupool__class *cls)
+{
+    if (CUPOOL_LIKELY(cupool__cfg.background) && cupool__maint_enabled())
+        return;
+    if (cupool__cfg.decay_ms == 0 || cupool__state_now() != CUPOOL_ST_RUNNING)
+        return;
+    if (class_tick_claim(cls, cupool__monotonic_ns())) {
+        CUresult err = CUDA_SUCCESS;
+        (void)class_decay_step(cls, 2, &err);
+    }
+}
+
+/* Creates into the depot, at most max_mags magazines, until it holds cls's reserve. True when
+ * more is due. On the maintenance thread. */
+static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
+{
+    int64_t target = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    target = target > (int64_t)cls->idle_max ? (int64_t)cls->idle_max : target;
+    for (int i = 0; i < max_mags; i++) {
+        int64_t have = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+        if (have >= target || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
+            !cupool__maint_enabled())
+            break;
+        struct cupool__magazine *m = cupool__mag_get();
+        if (!m)
+            return false;
+        uint32_t n = target - have < (int64_t)cupool__mag_capacity ? (uint32_t)(target - have)
+                                                                    : cupool__mag_capacity;
+        while (m->count < n) {
+            struct cupool__handle *rec;
+            CUresult r = handle_create(cls, false, CUPOOL_H_IDLE, &rec);
+            if (r != CUDA_SUCCESS) {
+                *err = r;
+                break;
+            }
+            m->items[m->count++] = (struct cupool__mag_item){
+                rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
+        }
+        if (m->count)
+            (void)depot_put(cls, m); /* under the hard cap: target is */
+        else
+            cupool__mag_put(m);
+        if (*err != CUDA_SUCCESS)
+            return false;
+    }
+    if (atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) >= target) {
+        atomic_store_explicit(&cls->reserve_met, true, CUPOOL_RELAXED);
+        return false;
+    }
+    return atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) != 0;
+}
+
+/* The work units of one round: small, so that no read section of the maintenance thread
+ * lasts long (a magazine of streams is ~16 x 5 us to create or destroy). */
+#define MAINT_MAGS 4
+
+uint64_t cupool__pools_maintain(bool tick)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    bool more = false, failed = false;
+    uint64_t now = cupool__monotonic_ns();
+    cupool__read_enter(tc);
+    uint32_t n = cupool__class_limit();
+    cupool__read_leave(tc);
+    for (uint32_t i = 0; i < n && cupool__maint_enabled(); i++) {
+        cupool__read_enter(tc);
+        struct cupool__class *c = cupool__class_at(i);
+        if (!c || !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE)) {
+            cupool__read_leave(tc);
+            continue;
+        }
+        uint32_t w = atomic_exchange_explicit(&c->want, 0, CUPOOL_RELAXED);
+        CUresult err = CUDA_SUCCESS;
+        bool again = false;
+        if ((w & CUPOOL_CLASS_WANT_DRAIN) || atomic_load_explicit(&c->retire_idle, CUPOOL_RELAXED)) {
+            err = drain_retired(c, 0, MAINT_MAGS);
+            if (err == CUDA_SUCCESS && atomic_load_explicit(&c->retire_idle, CUPOOL_RELAXED))
+                again = true, w |= CUPOOL_CLASS_WANT_DRAIN;
+        }
+        if (err == CUDA_SUCCESS && (w & CUPOOL_CLASS_WANT_REFILL)) {
+            if (class_refill(c, MAINT_MAGS, &err))
+                again = true;
+            else
+                w &= ~CUPOOL_CLASS_WANT_REFILL;
+        }
+        if (err == CUDA_SUCCESS && (tick || again) && class_tick_claim(c, now))
+            again |= class_decay_step(c, MAINT_MAGS, &err);
+        if (err != CUDA_SUCCESS)
+            failed = true; /* a passing driver error: the next round tries again */
+        else
+            w &= ~CUPOOL_CLASS_WANT_DRAIN;
+        if (w)
+            atomic_fetch_or_explicit(&c->want, w, CUPOOL_RELAXED);
+        more |= again;
+        cupool__read_leave(tc);
+    }
+    if (failed)
+        return 100000000u; /* 100 ms */
+    return more ? 0 : UINT64_MAX;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -940,6 +1199,15 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->misses, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->live, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->high_water, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->depot_min, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->reserve, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->want, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->missed, false, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->reserve_met, true, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->warm, false, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->next_tick_ns, cupool__monotonic_ns() + cupool__decay_period_ns(),
+                          CUPOOL_RELAXED);
+    c->nmins = 0;
     atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELEASE);
     atomic_store_explicit(&c->alive, 1, CUPOOL_RELEASE); /* findable from here on */
 }
@@ -995,6 +1263,7 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
             return CUDA_SUCCESS;
         }
         if (c) {
+            (void)cupool__maint_kick(CUPOOL_MAINT_POOLS); /* its first decay tick, at least */
             classes_retire_reset(ctx, ctx_id);
             if (atomic_load(&classes_dead) >= RECLAIM_AT) /* keeps indexes (and slots) low */
                 atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
@@ -1084,6 +1353,8 @@ static CUresult acquire_slow(struct cupool__class *cls, bool ctx_current,
             return CUDA_SUCCESS;
         }
     }
+    if (cupool__state_now() == CUPOOL_ST_RUNNING)
+        class_missed(cls);
     CUresult r = handle_create(cls, ctx_current, CUPOOL_H_OWNED, out);
     if (r == CUDA_SUCCESS)
         atomic_fetch_add_explicit(&cls->misses, 1, CUPOOL_RELAXED);
@@ -1772,23 +2043,7 @@ CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
 static CUresult trim_class(struct cupool__class *cls)
 {
     CUresult first = drain_retired(cls, 0, 0);
-    while (atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) > (int64_t)cls->low_water) {
-        struct cupool__magazine *m = cupool__stack_pop(&cls->depot);
-        if (!m)
-            break;
-        int64_t before = atomic_fetch_sub_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
-        int64_t excess = before - (int64_t)cls->low_water;
-        uint32_t n = excess >= (int64_t)m->count ? m->count : (uint32_t)(excess > 0 ? excess : 0);
-        CUresult r = destroy_items(cls, m, n);
-        if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-            first = r;
-        if (m->count) {
-            atomic_fetch_add_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
-            cupool__stack_push(&cls->depot, m);
-            break;
-        }
-        cupool__mag_put(m);
-    }
+    (void)depot_shrink(cls, (int64_t)cls->low_water, 0, &first);
     return first;
 }
 

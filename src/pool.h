@@ -28,6 +28,10 @@ extern const struct cupool__class_ops cupool__stream_ops, cupool__event_ops;
  * done, for a handle the registry does not know. The drop-in destroys' single lookup. */
 bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresult *result);
 
+/* What a class asks of the maintenance thread (its `want` bits). */
+#define CUPOOL_CLASS_WANT_DRAIN 1u  /* its retire stack holds magazines over the hard cap */
+#define CUPOOL_CLASS_WANT_REFILL 2u /* its depot fell below its reserve */
+
 /* Why a class was retired. */
 enum cupool__class_phase {
     CUPOOL_CLASS_LIVE = 0,
@@ -75,6 +79,25 @@ struct cupool__class {
     _Atomic int64_t depot_idle; /* handles in depot magazines (count) */
     alignas(CUPOOL_CACHELINE) struct cupool__mag_stack retire;
     _Atomic int64_t retire_idle; /* handles waiting to be destroyed (count) */
+
+    /* Idle capacity that follows demand (docs/design.md, "Idle capacity"). depot_min: the
+     * depot's lowest count since the last decay tick (lowered by poppers, an atomic min; reset
+     * by the tick). reserve: the count the maintenance thread keeps in the depot ahead of
+     * demand, raised by misses, halved by each tick without one. want: CUPOOL_CLASS_WANT_*
+     * bits for the maintenance thread (atomic OR; taken by its exchange). next_tick_ns: when
+     * the next decay step is due; whoever moves it on by compare-and-swap runs that step alone,
+     * and only that thread touches mins/nmins (the last four ticks' minima). */
+    alignas(CUPOOL_CACHELINE) _Atomic int64_t depot_min;
+    _Atomic uint32_t reserve;
+    _Atomic uint32_t want;
+    _Atomic bool missed;      /* a miss since the last tick */
+    _Atomic bool reserve_met; /* the maintenance thread filled the depot up to reserve since
+                                 the reserve last grew (a miss grows it once per fill) */
+    _Atomic bool warm;        /* past its first decay tick: misses from here on are growth
+                                 beyond the demand the class was built for, not its warm-up */
+    _Atomic uint64_t next_tick_ns;
+    int64_t mins[4];
+    uint32_t nmins;
 
     /* slow-path counters (atomic read-modify-write is fine here: microsecond paths) */
     alignas(CUPOOL_CACHELINE) _Atomic uint64_t creates, destroys, dropped, misses;

@@ -451,6 +451,7 @@ START_TEST(idle_cap_destroys_lazily)
      * thread's magazines and one magazine (4) queued for destruction. */
     setenv("CUPOOL_MAGAZINE_SIZE", "4", 1);
     setenv("CUPOOL_STREAM_IDLE_MAX", "8", 1);
+    setenv("CUPOOL_BACKGROUND", "0", 1); /* the inline fallback: destroyed on the exchange */
     tu_setup();
     enum { N = 64 };
     CUstream s[N];
@@ -496,6 +497,7 @@ START_TEST(release_drains_backlog_in_bounded_steps)
 {
     setenv("CUPOOL_MAGAZINE_SIZE", "8", 1);
     setenv("CUPOOL_EVENT_IDLE_MAX", "8", 1);
+    setenv("CUPOOL_BACKGROUND", "0", 1); /* the inline fallback */
     tu_setup();
     pthread_t t[10];
     pthread_barrier_init(&all_hold, NULL, 10);

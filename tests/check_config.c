@@ -47,8 +47,10 @@ START_TEST(defaults)
     struct lines l;
     ck_assert_int_eq(parse(&c, &l, false, "PATH=/bin", "CUPOOLX=1", NULL), 0);
     ck_assert_uint_eq(c.magazine_size, 16);
-    ck_assert_uint_eq(c.stream_idle_max, 64);
-    ck_assert_uint_eq(c.event_idle_max, 1024);
+    ck_assert_uint_eq(c.stream_idle_max, 4096);
+    ck_assert_uint_eq(c.event_idle_max, 16384);
+    ck_assert_uint_eq(c.decay_ms, 10000);
+    ck_assert(c.background);
     ck_assert_uint_eq(c.stream_prewarm, 0);
     ck_assert_uint_eq(c.event_prewarm, 0);
     ck_assert(!c.disable);
@@ -67,12 +69,14 @@ START_TEST(valid_values)
                            "CUPOOL_EVENT_IDLE_MAX=1000000", "CUPOOL_DISABLE=Yes",
                            "CUPOOL_STATS=/tmp/s.txt", "CUPOOL_LOG=debug",
                            "CUPOOL_DRIVER_PATH=/opt/x/libcuda.so.1", "CUPOOL_EVENT_PREWARM=7",
-                           NULL),
+                           "CUPOOL_DECAY_MS=0", "CUPOOL_BACKGROUND=off", NULL),
                      0);
     ck_assert_uint_eq(c.magazine_size, 1024);
     ck_assert_uint_eq(c.stream_idle_max, 0);
     ck_assert_uint_eq(c.event_idle_max, 1000000);
     ck_assert_uint_eq(c.event_prewarm, 7);
+    ck_assert_uint_eq(c.decay_ms, 0);
+    ck_assert(!c.background);
     ck_assert(c.disable);
     ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
     ck_assert_str_eq(c.stats_path, "/tmp/s.txt");

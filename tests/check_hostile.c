@@ -679,7 +679,10 @@ START_TEST(destroyed_contexts_release_their_classes)
         trims++;
     }
     pthread_join(t, NULL); /* the worker's magazines go back to their classes */
-    TU_OK(cupool_trim());
+    /* A trim's grace period gives up after 10 ms, which a loaded machine's scheduler can
+     * exceed; reclamation is a promise of eventually, not of one trim. */
+    for (int i = 0; i < 100 && tu_class_count() > 1; i++)
+        TU_OK(cupool_trim());
     printf("destroyed contexts: %ld contexts with trims, at most %u class indexes in use; "
            "%ld made by a worker during %ld trims, %zu classes listed after\n",
            rounds, max_limit, churn_rounds, trims, tu_class_count());

@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The maintenance thread (maint.h): one per process, started at the first kick. It sleeps on a
+ * condition variable (CLOCK_MONOTONIC) until a kick or its next deadline: the decay tick (a
+ * quarter of CUPOOL_DECAY_MS), a class's next look, or the graveyard's next look. jemalloc's
+ * background purging threads are the model; this one is a single thread, since creation and
+ * destruction serialise in the driver anyway.
+ */
+#define _GNU_SOURCE
+#include "maint.h"
+#include "config.h"
+#include "error.h"
+#include "lifecycle.h"
+#include "pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+_Atomic uint32_t cupool__maint_want;
+_Atomic uint64_t cupool__maint_wakeups, cupool__maint_creates, cupool__maint_destroys,
+    cupool__req_creates, cupool__req_destroys, cupool__maint_graph_reaps;
+CUPOOL_TLS_IE bool cupool__maint_self;
+
+/*
+ * The thread's lifecycle, and the lock.
+ * maint_lock guards maint_sleeping and the start; maint_state is also read without it (an
+ * atomic). Order: a kicker may hold the graph cache's lock when it takes maint_lock; the
+ * thread never takes another cupool lock while holding maint_lock.
+ */
+enum { M_NONE, M_RUNNING, M_STOPPING, M_OFF };
+static _Atomic int maint_state;
+static pthread_mutex_t maint_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t maint_cond;
+static pthread_once_t maint_once = PTHREAD_ONCE_INIT;
+static bool maint_sleeping;  /* under maint_lock */
+static bool maint_joinable;  /* under maint_lock */
+static pthread_t maint_thread;
+
+static void cond_init(void)
+{
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&maint_cond, &a);
+    pthread_condattr_destroy(&a);
+}
+
+bool cupool__maint_enabled(void)
+{
+    int ms = atomic_load_explicit(&maint_state, CUPOOL_RELAXED);
+    return cupool__cfg.background && cupool__state_now() == CUPOOL_ST_RUNNING &&
+           (ms == M_NONE || ms == M_RUNNING);
+}
+
+static void *maint_main(void *arg)
+{
+    (void)arg;
+    cupool__maint_self = true;
+    pthread_setname_np(pthread_self(), "cupool-maint");
+    (void)cupool__tcache_self(); /* its driver calls count in its own cache (the exit guard) */
+    uint64_t period = cupool__decay_period_ns();
+    uint64_t now = cupool__monotonic_ns();
+    uint64_t next_tick = now + period, next_pools = UINT64_MAX, next_graves = UINT64_MAX;
+    pthread_mutex_lock(&maint_lock);
+    for (;;) {
+        if (atomic_load(&maint_state) != M_RUNNING || cupool__state_now() != CUPOOL_ST_RUNNING)
+            break;
+        uint32_t want = atomic_exchange(&cupool__maint_want, 0);
+        now = cupool__monotonic_ns();
+        bool tick = now >= next_tick;
+        if (!want && !tick && now < next_pools && now < next_graves) {
+            uint64_t until = next_tick;
+            until = next_pools < until ? next_pools : until;
+            until = next_graves < until ? next_graves : until;
+            struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+            maint_sleeping = true;
+            int rc;
+            do
+                rc = pthread_cond_timedwait(&maint_cond, &maint_lock, &ts);
+            while (rc == EINTR);
+            maint_sleeping = false;
+            continue;
+        }
+        pthread_mutex_unlock(&maint_lock);
+        atomic_fetch_add_explicit(&cupool__maint_wakeups, 1, CUPOOL_RELAXED);
+        if (tick)
+            next_tick = now + period;
+        if ((want & CUPOOL_MAINT_POOLS) || tick || now >= next_pools) {
+            uint64_t d = cupool__pools_maintain(tick);
+            next_pools = d == UINT64_MAX ? UINT64_MAX : cupool__monotonic_ns() + d;
+        }
+        if ((want & CUPOOL_MAINT_GRAVES) || now >= next_graves) {
+            atomic_fetch_add_explicit(&cupool__maint_graph_reaps, 1, CUPOOL_RELAXED);
+            /* graves waiting for their launches: look again in a millisecond */
+            next_graves = cupool__graph_graves_maintain() ? cupool__monotonic_ns() + 1000000u
+                                                          : UINT64_MAX;
+        }
+        pthread_mutex_lock(&maint_lock);
+    }
+    pthread_mutex_unlock(&maint_lock);
+    return NULL;
+}
+
+/* Starts the thread if nobody has; true when it runs. */
+static bool maint_start(void)
+{
+    pthread_once(&maint_once, cond_init);
+    pthread_mutex_lock(&maint_lock);
+    if (atomic_load(&maint_state) == M_NONE) {
+        /* every signal blocked in the new thread: the program's handlers run on its threads */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        int rc = pthread_create(&maint_thread, NULL, maint_main, NULL);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (rc == 0) {
+            maint_joinable = true;
+            atomic_store(&maint_state, M_RUNNING);
+        } else {
+            atomic_store(&maint_state, M_OFF);
+            cupool__log(CUPOOL_LOG_WARN, "could not start the maintenance thread (error %d): its "
+                                         "work runs on the threads that cause it",
+                        rc);
+        }
+    }
+    bool on = atomic_load(&maint_state) == M_RUNNING;
+    pthread_mutex_unlock(&maint_lock);
+    return on;
+}
+
+bool cupool__maint_kick(uint32_t what)
+{
+    if (!cupool__cfg.background || cupool__state_now() != CUPOOL_ST_RUNNING)
+        return false;
+    int ms = atomic_load_explicit(&maint_state, CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(ms != M_RUNNING)) {
+        if (ms != M_NONE || cupool__maint_self || !maint_start())
+            return false;
+    } else if ((atomic_load_explicit(&cupool__maint_want, CUPOOL_RELAXED) & what) == what) {
+        return true; /* asked already, not yet taken: the thread will see it */
+    }
+    atomic_fetch_or(&cupool__maint_want, what);
+    if (cupool__maint_self)
+        return true; /* it looks at want before it sleeps */
+    pthread_mutex_lock(&maint_lock);
+    if (maint_sleeping)
+        pthread_cond_signal(&maint_cond);
+    pthread_mutex_unlock(&maint_lock);
+    return true;
+}
+
+void cupool__maint_stop(bool join)
+{
+    int ms = atomic_load(&maint_state);
+    if (ms == M_OFF)
+        return;
+    pthread_once(&maint_once, cond_init);
+    pthread_mutex_lock(&maint_lock);
+    ms = atomic_exchange(&maint_state, M_OFF);
+    bool joinable = maint_joinable && join && ms != M_OFF;
+    if (joinable)
+        maint_joinable = false;
+    pthread_cond_broadcast(&maint_cond);
+    pthread_mutex_unlock(&maint_lock);
+    if (joinable && !cupool__maint_self)
+        pthread_join(maint_thread, NULL);
+}
+
+void cupool__maint_forget(void)
+{
+    atomic_store(&maint_state, M_OFF);
+}
+
+CUresult cupool_maintenance_stats_get(cupool_maintenance_stats_t *stats)
+{
+    if (!stats)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_maintenance_stats_get: stats is NULL");
+    stats->running = atomic_load(&maint_state) == M_RUNNING;
+    stats->wakeups = atomic_load_explicit(&cupool__maint_wakeups, CUPOOL_RELAXED);
+    stats->background_creates = atomic_load_explicit(&cupool__maint_creates, CUPOOL_RELAXED);
+    stats->background_destroys = atomic_load_explicit(&cupool__maint_destroys, CUPOOL_RELAXED);
+    stats->request_creates = atomic_load_explicit(&cupool__req_creates, CUPOOL_RELAXED);
+    stats->request_destroys = atomic_load_explicit(&cupool__req_destroys, CUPOOL_RELAXED);
+    stats->graph_reaps = atomic_load_explicit(&cupool__maint_graph_reaps, CUPOOL_RELAXED);
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The maintenance thread: the driver work of pooling that no request thread should pay for.
+ * It destroys idle handles whose idle time has decayed (CUPOOL_DECAY_MS) and those beyond the
+ * hard idle caps, replenishes a class ahead of demand after a miss, and reaps the graph
+ * cache's graveyard. It starts lazily, at the first kick; never runs in a forked child; stops
+ * at exit (no join: the process is ending, and no driver call starts once exit began) and at
+ * unload (joined, before the library's memory goes). CUPOOL_BACKGROUND=0 keeps it off; the
+ * same work then runs inline, on the threads that cause it, as before.
+ *
+ * Contract. Kicks are lock-free and cheap when nothing is asked (one relaxed load); a kick that
+ * asks for new work sets a bit in `cupool__maint_want` (atomic OR) and, when the thread sleeps,
+ * wakes it (its mutex and condition variable: the one lock, taken by kickers only on the slow
+ * paths that asked for work, never inside a read section of the kicker's and never while
+ * holding another cupool lock... except the graph cache's, where the kick only sets the bit).
+ */
+#ifndef CUPOOL_MAINT_H
+#define CUPOOL_MAINT_H
+#include "internal.h"
+
+enum {
+    CUPOOL_MAINT_POOLS = 1u << 0,  /* a class has a retire backlog, or wants a refill */
+    CUPOOL_MAINT_GRAVES = 1u << 1, /* the graph cache's graveyard has graves due */
+};
+
+extern _Atomic uint32_t cupool__maint_want;
+
+/* Whether the work goes to the maintenance thread (CUPOOL_BACKGROUND and a running state);
+ * false: do it inline. */
+bool cupool__maint_enabled(void);
+
+/* Asks the maintenance thread for `what` (starting it on first use). False when it cannot run
+ * (disabled, not RUNNING, a forked child, could not start): the caller does the work inline. */
+bool cupool__maint_kick(uint32_t what);
+
+/* Stops it: at exit (join false) and unload (join true). Idempotent. */
+void cupool__maint_stop(bool join);
+/* In a forked child: the thread does not exist there; forget it without touching its lock. */
+void cupool__maint_forget(void);
+
+/* What the maintenance thread calls (pool.c, pipeline.c). */
+/* One round over the pools: drain retire stacks, refill classes that asked, and, when
+ * `tick`, the decay step. Returns the ns until the pools want the next round (UINT64_MAX:
+ * none). */
+uint64_t cupool__pools_maintain(bool tick);
+/* Reaps the graph graveyard's due graves; true while graves remain that wait for their
+ * launches (the thread looks again soon). */
+bool cupool__graph_graves_maintain(void);
+
+/* The decay tick's period: a quarter of CUPOOL_DECAY_MS (ns). */
+uint64_t cupool__decay_period_ns(void);
+
+/* Counters (cupool_maintenance_stats_get). */
+extern _Atomic uint64_t cupool__maint_wakeups, cupool__maint_creates, cupool__maint_destroys,
+    cupool__req_creates, cupool__req_destroys, cupool__maint_graph_reaps;
+/* True on the maintenance thread. */
+extern CUPOOL_TLS_IE bool cupool__maint_self;
+
+#endif
