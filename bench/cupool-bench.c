@@ -21,6 +21,9 @@
  * and cuCtxGetCurrent for comparison, per call and per thread, so a table's figures can be
  * split into driver time and cupool's own; and, as a yardstick of the machine, a pop and push
  * on a thread-private array stack (what a magazine hit does, without cupool's checks).
+ * `workloads` (bench/workloads.c) runs the ways services use cupool away from that best case:
+ * hand-off between threads, bursts, drop-in batches, alternating classes, the explicit pools
+ * against their driver-call floors, and a service mix, each beside its floor in the same run.
  * Without a GPU the run says so and uses the simulated driver; every figure is then labelled
  * "simulated".
  */
@@ -45,6 +48,9 @@
 
 enum kind { STREAMS, EVENTS, CALLS };
 int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label);
+int cupool_bench_workloads_parse(int argc, char **argv, int *json);
+int cupool_bench_workloads(CUcontext ctx, int simulated, const char *gpu, int driver_version,
+                           const char *date);
 enum method { M_DRIVER, M_CUPOOL, M_POOL, M_POOL_VOUCHED, M_POOL_PROMISED, M_COUNT };
 static const char *const method_names[M_COUNT] = {"driver", "cupool", "pool", "pool-vouched",
                                                   "pool-promised"};
@@ -362,6 +368,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: cupool-bench [streams] [events] [calls] [graphs] [--threads LIST] "
                "[--pairs N] [--driver-pairs N] [--repeats R] [--graph-launches N] [--timeline] "
                "[--json]\n"
+               "       cupool-bench workloads [--json] [--quick] [--signatures S] "
+               "[--timer tsc|clock] [NAMES...]\n"
                "  streams, events   acquire+release vs create+destroy (default: the first three)\n"
                "  calls             the driver calls on cupool's hot paths, alone\n"
                "  graphs            pipelines of 1, 10, 50 kernels: eager, hand-written graph,\n"
@@ -373,7 +381,10 @@ static void usage(FILE *f)
                "  --pairs N         cupool pairs per thread per repeat (default 1000000)\n"
                "  --driver-pairs N  raw driver pairs per thread per repeat (default 2000)\n"
                "  --repeats R       repeats; the median is reported (default 5)\n"
-               "  --json            one JSON document on stdout instead of tables\n");
+               "  --json            one JSON document on stdout instead of tables\n"
+               "  workloads         hand-off, bursts, drop-in batches, class clashes, explicit\n"
+               "                    pools, a service mix, each beside its floor; latency\n"
+               "                    percentiles (cupool-bench workloads --help says more)\n");
 }
 
 static long parse_long(const char *s, const char *what, long min, long max)
@@ -389,8 +400,29 @@ static long parse_long(const char *s, const char *what, long min, long max)
     return v;
 }
 
+/* The GPU's name, the driver's version and today's date (UTC), for the output's header. */
+static void describe_run(char *gpu, size_t gpu_len, int *version, char *date, size_t date_len)
+{
+    CUdevice dev;
+    CHECK(drv.cuDeviceGet(&dev, 0));
+    CHECK(drv.cuDeviceGetName(gpu, (int)gpu_len, dev));
+    CHECK(drv.cuDriverGetVersion(version));
+    time_t t = time(NULL);
+    strftime(date, date_len, "%Y-%m-%d", gmtime(&t));
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "workloads")) {
+        int json = 0, rc = cupool_bench_workloads_parse(argc - 2, argv + 2, &json);
+        if (rc)
+            return rc == 1 ? 0 : rc;
+        setup_driver(json);
+        char gpu[256] = "", date[32];
+        int version = 0;
+        describe_run(gpu, sizeof(gpu), &version, date, sizeof(date));
+        return cupool_bench_workloads(ctx, simulated, gpu, version, date);
+    }
     int kinds[3] = {0, 0, 0}, json = 0, graphs = 0, graph_iters = 200, timeline = 0;
     int threads[16] = {1, 2, 4, 8, 16}, nthreads = 5;
     for (int i = 1; i < argc; i++) {
@@ -450,15 +482,9 @@ int main(int argc, char **argv)
     }
 
     setup_driver(json);
-    char gpu[256] = "";
-    CUdevice dev;
-    CHECK(drv.cuDeviceGet(&dev, 0));
-    CHECK(drv.cuDeviceGetName(gpu, sizeof(gpu), dev));
+    char gpu[256] = "", date[32];
     int version = 0;
-    CHECK(drv.cuDriverGetVersion(&version));
-    char date[32];
-    time_t t = time(NULL);
-    strftime(date, sizeof(date), "%Y-%m-%d", gmtime(&t));
+    describe_run(gpu, sizeof(gpu), &version, date, sizeof(date));
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 
     const char *label = simulated ? " [simulated]" : "";

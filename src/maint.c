@@ -37,6 +37,9 @@ static pthread_once_t maint_once = PTHREAD_ONCE_INIT;
 static bool maint_sleeping;  /* under maint_lock */
 static bool maint_joinable;  /* under maint_lock */
 static pthread_t maint_thread;
+/* Flushes (cupool__maint_flush): the sequence asked for, and the one the thread's last
+ * completed round had seen when it began. */
+static _Atomic uint64_t flush_asked, flush_done;
 
 static void cond_init(void)
 {
@@ -67,6 +70,7 @@ static void *maint_main(void *arg)
     for (;;) {
         if (atomic_load(&maint_state) != M_RUNNING || cupool__state_now() != CUPOOL_ST_RUNNING)
             break;
+        uint64_t seen = atomic_load(&flush_asked);
         uint32_t want = atomic_exchange(&cupool__maint_want, 0);
         now = cupool__monotonic_ns();
         bool tick = now >= next_tick;
@@ -88,7 +92,7 @@ static void *maint_main(void *arg)
         if (tick)
             next_tick = now + period;
         if ((want & CUPOOL_MAINT_POOLS) || tick || now >= next_pools) {
-            uint64_t d = cupool__pools_maintain(tick);
+            uint64_t d = cupool__pools_maintain();
             next_pools = d == UINT64_MAX ? UINT64_MAX : cupool__monotonic_ns() + d;
         }
         if ((want & CUPOOL_MAINT_GRAVES) || now >= next_graves) {
@@ -97,6 +101,11 @@ static void *maint_main(void *arg)
             next_graves = cupool__graph_graves_maintain() ? cupool__monotonic_ns() + 1000000u
                                                           : UINT64_MAX;
         }
+        /* a flush waits for the thread to be idle: no round due at once */
+        if (next_pools != 0 && next_pools <= cupool__monotonic_ns())
+            ; /* more work right away (a long decay or drain, in units) */
+        else
+            atomic_store(&flush_done, seen);
         pthread_mutex_lock(&maint_lock);
     }
     pthread_mutex_unlock(&maint_lock);
@@ -166,6 +175,23 @@ void cupool__maint_stop(bool join)
     pthread_mutex_unlock(&maint_lock);
     if (joinable && !cupool__maint_self)
         pthread_join(maint_thread, NULL);
+}
+
+bool cupool__maint_flush(uint64_t timeout_ns)
+{
+    uint64_t seq = atomic_fetch_add(&flush_asked, 1) + 1;
+    if (!cupool__maint_kick(CUPOOL_MAINT_POOLS | CUPOOL_MAINT_GRAVES))
+        return false;
+    uint64_t deadline = cupool__monotonic_ns() + timeout_ns;
+    while (atomic_load(&flush_done) < seq) {
+        if (atomic_load(&maint_state) != M_RUNNING || cupool__monotonic_ns() > deadline)
+            return false;
+        /* the round may have started before the bits were set: ask again */
+        (void)cupool__maint_kick(CUPOOL_MAINT_POOLS | CUPOOL_MAINT_GRAVES);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return true;
 }
 
 void cupool__maint_forget(void)

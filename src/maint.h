@@ -39,10 +39,9 @@ void cupool__maint_stop(bool join);
 void cupool__maint_forget(void);
 
 /* What the maintenance thread calls (pool.c, pipeline.c). */
-/* One round over the pools: drain retire stacks, refill classes that asked, and, when
- * `tick`, the decay step. Returns the ns until the pools want the next round (UINT64_MAX:
- * none). */
-uint64_t cupool__pools_maintain(bool tick);
+/* One round over the pools: drain retire stacks, refill classes that asked, and the decay
+ * steps that are due. Returns the ns until the pools want the next round (UINT64_MAX: none). */
+uint64_t cupool__pools_maintain(void);
 /* Reaps the graph graveyard's due graves; true while graves remain that wait for their
  * launches (the thread looks again soon). */
 bool cupool__graph_graves_maintain(void);
@@ -53,6 +52,12 @@ uint64_t cupool__decay_period_ns(void);
 /* Counters (cupool_maintenance_stats_get). */
 extern _Atomic uint64_t cupool__maint_wakeups, cupool__maint_creates, cupool__maint_destroys,
     cupool__req_creates, cupool__req_destroys, cupool__maint_graph_reaps;
+/* Test hooks. The clock decay ticks are measured by, in ns (NULL: the monotonic clock). */
+extern uint64_t (*cupool__decay_clock)(void);
+/* Kicks the maintenance thread and waits until it has run a whole round begun after the
+ * call. False after timeout_ns, or when the thread does not run. */
+bool cupool__maint_flush(uint64_t timeout_ns);
+
 /* True on the maintenance thread. */
 extern CUPOOL_TLS_IE bool cupool__maint_self;
 

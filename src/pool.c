@@ -734,6 +734,14 @@ uint64_t cupool__decay_period_ns(void)
     return ns ? ns : 1;
 }
 
+uint64_t (*cupool__decay_clock)(void);
+
+static inline uint64_t decay_now(void)
+{
+    return CUPOOL_UNLIKELY(cupool__decay_clock != NULL) ? cupool__decay_clock()
+                                                        : cupool__monotonic_ns();
+}
+
 /* A miss (the depot was empty): the maintenance thread is asked to keep a reserve in the
  * depot, grown (doubled, from two magazines, to at most half the hard cap) once per fill. */
 static void class_missed(struct cupool__class *cls)
@@ -817,7 +825,26 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
     int64_t gone = depot_shrink(cls, cur - want_gone, max_mags, err);
     for (int i = 0; i < 4; i++)
         cls->mins[i] = cls->mins[i] > gone ? cls->mins[i] - gone : 0;
-    return gone < want_gone && *err == CUDA_SUCCESS;
+    cls->decay_due = *err == CUDA_SUCCESS ? want_gone - gone : 0;
+    return cls->decay_due > 0;
+}
+
+/* The rest of a decay step, max_mags magazines more (the maintenance thread, after the step).
+ * True while some is left. */
+static bool class_decay_more(struct cupool__class *cls, int max_mags, CUresult *err)
+{
+    if (cls->decay_due <= 0)
+        return false;
+    int64_t cur = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+    int64_t keep = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    keep = keep > (int64_t)cls->low_water ? keep : (int64_t)cls->low_water;
+    int64_t target = cur - cls->decay_due;
+    target = target > keep ? target : keep;
+    int64_t gone = cur > target ? depot_shrink(cls, target, max_mags, err) : 0;
+    for (int i = 0; i < 4; i++)
+        cls->mins[i] = cls->mins[i] > gone ? cls->mins[i] - gone : 0;
+    cls->decay_due = *err == CUDA_SUCCESS && gone > 0 ? cls->decay_due - gone : 0;
+    return cls->decay_due > 0;
 }
 
 /* Claims cls's decay step if it is due (compare-and-swap of next_tick_ns). */
@@ -838,7 +865,7 @@ static void class_decay_inline(struct cupool__class *cls)
         return;
     if (cupool__cfg.decay_ms == 0 || cupool__state_now() != CUPOOL_ST_RUNNING)
         return;
-    if (class_tick_claim(cls, cupool__monotonic_ns())) {
+    if (class_tick_claim(cls, decay_now())) {
         CUresult err = CUDA_SUCCESS;
         (void)class_decay_step(cls, 2, &err);
     }
@@ -888,11 +915,11 @@ static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
  * lasts long (a magazine of streams is ~16 x 5 us to create or destroy). */
 #define MAINT_MAGS 4
 
-uint64_t cupool__pools_maintain(bool tick)
+uint64_t cupool__pools_maintain(void)
 {
     struct cupool__tcache *tc = cupool__tl;
     bool more = false, failed = false;
-    uint64_t now = cupool__monotonic_ns();
+    uint64_t now = decay_now();
     cupool__read_enter(tc);
     uint32_t n = cupool__class_limit();
     cupool__read_leave(tc);
@@ -917,7 +944,9 @@ uint64_t cupool__pools_maintain(bool tick)
             else
                 w &= ~CUPOOL_CLASS_WANT_REFILL;
         }
-        if (err == CUDA_SUCCESS && (tick || again) && class_tick_claim(c, now))
+        if (err == CUDA_SUCCESS && c->decay_due > 0)
+            again |= class_decay_more(c, MAINT_MAGS, &err);
+        else if (err == CUDA_SUCCESS && class_tick_claim(c, now))
             again |= class_decay_step(c, MAINT_MAGS, &err);
         if (err != CUDA_SUCCESS)
             failed = true; /* a passing driver error: the next round tries again */
@@ -937,21 +966,112 @@ uint64_t cupool__pools_maintain(bool tick)
 /* Classes                                                                                  */
 /* ---------------------------------------------------------------------------------------- */
 
+/*
+ * The class index: an open-addressing hash table (linear probing) from a class's key (kind,
+ * context id, flags, clamped priority) to its index + 1. 0 ends a probe; CLASS_TOMB (a removed
+ * entry) does not. Twice the most classes there can be, so probes stay short.
+ * Contract: written only under class_lock (an insert when a class is published, a removal when
+ * its struct is reclaimed, a rebuild in place once tombstones fill a quarter of it); read
+ * lock-free inside read sections. A reader trusts no entry: it checks the class it names is
+ * live and has the key, so an entry a rebuild is moving can only make it miss, and a miss goes
+ * to class_lock, under which the table is exact.
+ */
+#define CLASS_HASH_SIZE (2u * CUPOOL_MAX_CLASSES)
+#define CLASS_TOMB UINT32_MAX
+static _Atomic uint32_t class_hash[CLASS_HASH_SIZE];
+static uint32_t class_hash_tombs; /* under class_lock */
+
+static inline uint32_t class_key_hash(const struct cupool__class_ops *ops,
+                                      unsigned long long ctx_id, unsigned int flags,
+                                      int priority)
+{
+    uint64_t h = (uint64_t)ctx_id * UINT64_C(0x9E3779B97F4A7C15);
+    h ^= ((uint64_t)flags << 32 | (uint32_t)priority) * UINT64_C(0xC2B2AE3D27D4EB4F);
+    h ^= (uint64_t)ops->kind << 17;
+    h ^= h >> 29;
+    return (uint32_t)(h * UINT64_C(0x94D049BB133111EB) >> 40) & (CLASS_HASH_SIZE - 1);
+}
+
+static inline bool class_has_key(const struct cupool__class *c, const struct cupool__class_ops *ops,
+                                 unsigned long long ctx_id, unsigned int flags, int priority)
+{
+    return atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ops == ops &&
+           c->ctx_id == ctx_id && c->flags == flags && c->priority == priority;
+}
+
 /* The live class of these parameters, or NULL. A class retired while its context id still
  * answers (a sticky error; or the driver said the context was gone, then answered again) is
- * replaced, not reused. Lock-free; the caller is inside a read section (or holds class_lock). */
+ * replaced, not reused. Lock-free; the caller is inside a read section (or holds class_lock,
+ * where the answer is exact). */
 static struct cupool__class *class_find(const struct cupool__class_ops *ops,
                                         unsigned long long ctx_id, unsigned int flags,
                                         int priority)
 {
-    uint32_t n = cupool__class_limit();
-    for (uint32_t i = 0; i < n; i++) {
-        struct cupool__class *c = cupool__class_at(i);
-        if (c && atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ops == ops &&
-            c->ctx_id == ctx_id && c->flags == flags && c->priority == priority)
+    uint32_t limit = cupool__class_limit();
+    uint32_t i = class_key_hash(ops, ctx_id, flags, priority);
+    for (uint32_t probes = 0; probes < CLASS_HASH_SIZE; probes++, i = (i + 1) & (CLASS_HASH_SIZE - 1)) {
+        uint32_t v = atomic_load_explicit(&class_hash[i], CUPOOL_ACQUIRE);
+        if (v == 0)
+            return NULL;
+        if (v == CLASS_TOMB || v - 1 >= limit)
+            continue;
+        struct cupool__class *c = cupool__class_at(v - 1);
+        if (c && class_has_key(c, ops, ctx_id, flags, priority))
             return c;
     }
     return NULL;
+}
+
+static void class_hash_put(const struct cupool__class *c)
+{
+    uint32_t i = class_key_hash(c->ops, c->ctx_id, c->flags, c->priority);
+    for (;; i = (i + 1) & (CLASS_HASH_SIZE - 1)) {
+        uint32_t v = atomic_load_explicit(&class_hash[i], CUPOOL_RELAXED);
+        if (v == 0 || v == CLASS_TOMB) {
+            if (v == CLASS_TOMB)
+                class_hash_tombs--;
+            atomic_store_explicit(&class_hash[i], c->index + 1, CUPOOL_RELEASE);
+            return;
+        }
+    }
+}
+
+/* Rebuilds the index in place from the live classes. class_lock held. */
+static void class_hash_rebuild(void)
+{
+    for (uint32_t i = 0; i < CLASS_HASH_SIZE; i++)
+        atomic_store_explicit(&class_hash[i], 0, CUPOOL_RELAXED);
+    class_hash_tombs = 0;
+    uint32_t limit = cupool__class_limit();
+    for (uint32_t k = 0; k < limit; k++) {
+        struct cupool__class *c = cupool__class_at(k);
+        if (c && atomic_load_explicit(&c->alive, CUPOOL_RELAXED))
+            class_hash_put(c);
+    }
+}
+
+/* Publishes c in the index (c->alive is about to become 1). class_lock held. */
+static void class_hash_insert(const struct cupool__class *c)
+{
+    if (class_hash_tombs > CLASS_HASH_SIZE / 4)
+        class_hash_rebuild();
+    class_hash_put(c);
+}
+
+/* Removes the entry of c's index (its struct is being reclaimed). class_lock held. */
+static void class_hash_remove(const struct cupool__class *c)
+{
+    uint32_t i = class_key_hash(c->ops, c->ctx_id, c->flags, c->priority);
+    for (uint32_t probes = 0; probes < CLASS_HASH_SIZE; probes++, i = (i + 1) & (CLASS_HASH_SIZE - 1)) {
+        uint32_t v = atomic_load_explicit(&class_hash[i], CUPOOL_RELAXED);
+        if (v == 0)
+            return; /* not there (a rebuild left a retired class out) */
+        if (v == c->index + 1) {
+            atomic_store_explicit(&class_hash[i], CLASS_TOMB, CUPOOL_RELEASE);
+            class_hash_tombs++;
+            return;
+        }
+    }
 }
 
 /* A context pointer seen with a new id means the old context behind that pointer was reset
@@ -1050,6 +1170,7 @@ static int classes_reclaim(uint64_t timeout_ns)
                 atomic_store(&c->phase, CUPOOL_CLASS_GONE); /* a later pass tries again */
             continue;
         }
+        class_hash_remove(c);
         atomic_store(&c->phase, CUPOOL_CLASS_FREE);
         free_index[nfree_index++] = c->index;
         atomic_fetch_sub(&classes_dead, 1);
@@ -1205,10 +1326,12 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->missed, false, CUPOOL_RELAXED);
     atomic_store_explicit(&c->reserve_met, true, CUPOOL_RELAXED);
     atomic_store_explicit(&c->warm, false, CUPOOL_RELAXED);
-    atomic_store_explicit(&c->next_tick_ns, cupool__monotonic_ns() + cupool__decay_period_ns(),
+    atomic_store_explicit(&c->next_tick_ns, decay_now() + cupool__decay_period_ns(),
                           CUPOOL_RELAXED);
     c->nmins = 0;
+    c->decay_due = 0;
     atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELEASE);
+    class_hash_insert(c);
     atomic_store_explicit(&c->alive, 1, CUPOOL_RELEASE); /* findable from here on */
 }
 
@@ -1691,10 +1814,33 @@ bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresul
     return true;
 }
 
-static inline struct cupool__cc_entry *cc_entry(struct cupool__tcache *tc, cupool_kind_t kind,
-                                                unsigned long long id, uint64_t key)
+/* The class-cache set of (context id, key): a multiplicative hash of both, so that keys
+ * differing only in high bits (priority -4 is 0xfffffffc) spread over the sets. */
+static inline struct cupool__cc_entry *cc_set(struct cupool__tcache *tc, cupool_kind_t kind,
+                                              unsigned long long id, uint64_t key)
 {
-    return &tc->cc[kind][(id ^ key ^ (key >> 32)) & (CUPOOL_CC_SIZE - 1)];
+    uint64_t h = ((uint64_t)id ^ (key * UINT64_C(0x9E3779B97F4A7C15))) * UINT64_C(0xD6E8FEB86659FD93);
+    return tc->cc[kind][h >> (64 - 3)]; /* CUPOOL_CC_SETS == 8 */
+}
+
+_Static_assert(CUPOOL_CC_SETS == 8 && CUPOOL_CC_WAYS == 2, "cc_set and acquire_current assume 8 x 2");
+
+static inline bool cc_match(const struct cupool__cc_entry *e, unsigned long long id, uint64_t key)
+{
+    return e->ctx_id == id && e->key == key && e->cls != NULL;
+}
+
+/* The entry a fill of (id, key) takes: its own (stale) one, else way 0 after way 0 moved to
+ * way 1 (the older fill goes). */
+static struct cupool__cc_entry *cc_victim(struct cupool__cc_entry *set, unsigned long long id,
+                                          uint64_t key)
+{
+    for (int w = 0; w < CUPOOL_CC_WAYS; w++)
+        if (set[w].ctx_id == id && set[w].key == key)
+            return &set[w];
+    for (int w = CUPOOL_CC_WAYS - 1; w > 0; w--)
+        set[w] = set[w - 1];
+    return &set[0];
 }
 
 /* The current-context acquire past a class-cache hit: the class lookup (creating it the first
@@ -1712,7 +1858,7 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
         struct cupool__tcache *tc = cupool__tcache_self();
         if (tc) {
             uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
-            struct cupool__cc_entry *e = cc_entry(tc, ops->kind, id, key);
+            struct cupool__cc_entry *e = cc_victim(cc_set(tc, ops->kind, id, key), id, key);
             e->ctx_id = id;
             e->key = key;
             e->cls = cls;
@@ -1746,8 +1892,10 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
     uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL)) {
-        struct cupool__cc_entry *e = cc_entry(tc, ops->kind, id, key);
-        if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && e->cls != NULL)) {
+        struct cupool__cc_entry *e = cc_set(tc, ops->kind, id, key);
+        if (!cc_match(e, id, key))
+            e++; /* way 1 */
+        if (CUPOOL_LIKELY(cc_match(e, id, key))) {
             cupool__read_enter(tc);
             /* the struct may have been reclaimed and reused for another class since */
             if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {

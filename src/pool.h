@@ -98,6 +98,7 @@ struct cupool__class {
     _Atomic uint64_t next_tick_ns;
     int64_t mins[4];
     uint32_t nmins;
+    int64_t decay_due; /* handles a decay step left to the maintenance thread's next rounds */
 
     /* slow-path counters (atomic read-modify-write is fine here: microsecond paths) */
     alignas(CUPOOL_CACHELINE) _Atomic uint64_t creates, destroys, dropped, misses;
@@ -129,7 +130,11 @@ struct cupool__slot {
 #define CUPOOL_SLOTS_PER_CHUNK 64
 #define CUPOOL_MAX_SLOT_CHUNKS 256 /* 16384 classes */
 #define CUPOOL_MAX_CLASSES (CUPOOL_SLOTS_PER_CHUNK * CUPOOL_MAX_SLOT_CHUNKS)
-#define CUPOOL_CC_SIZE 4
+/* The per-thread class cache of the current-context API: CUPOOL_CC_SETS sets of
+ * CUPOOL_CC_WAYS entries, so keys that share a set (priorities 0 and -4 shared the one entry
+ * of a direct-mapped cache) both stay cached. */
+#define CUPOOL_CC_SETS 8
+#define CUPOOL_CC_WAYS 2
 
 /* Per-thread class cache entry for the current-context API. Matches only while the class's
  * gen is still `gen` (the struct may have been reused for another class since). */
@@ -155,7 +160,7 @@ struct cupool__gslot {
 struct cupool__tcache {
     struct cupool__slot slots0[CUPOOL_SLOTS_PER_CHUNK]; /* classes 0..63: one load less */
     _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS]; /* [0] unused */
-    struct cupool__cc_entry cc[2][CUPOOL_CC_SIZE]; /* [cupool_kind_t] */
+    struct cupool__cc_entry cc[2][CUPOOL_CC_SETS][CUPOOL_CC_WAYS]; /* [cupool_kind_t] */
     /* The record of the handle this thread acquired last: a release of that very handle (the
      * common acquire, use, release on one thread) finds it here without a registry lookup.
      * Only a hint: a release trusts it only if the record still names the handle. */

@@ -105,6 +105,17 @@ START_TEST(exit_from_worker_while_others_acquire)
 }
 END_TEST
 
+START_TEST(exit_while_maintenance_destroys)
+{
+    /* The driver tears itself down at exit and aborts on any later call: the maintenance
+     * thread's destroys must stop before its teardown, though nobody joins the thread. */
+    for (int i = 0; i < 10; i++) {
+        struct outcome o = run_child("maint-exit", NULL);
+        EXPECT_QUIET_EXIT(o, 5, "exit() while the maintenance thread destroys");
+    }
+}
+END_TEST
+
 START_TEST(quick_exit_)
 {
     struct outcome o = run_child("quick-exit", NULL);
@@ -298,6 +309,7 @@ int main(void)
     tcase_add_test(tc, return_from_main);
     tcase_add_test(tc, exit_from_worker_while_others_acquire);
     tcase_add_test(tc, quick_exit_);
+    tcase_add_test(tc, exit_while_maintenance_destroys);
     tcase_add_test(tc, release_after_driver_teardown);
     tcase_add_test(tc, dropin_calls_from_an_exit_handler);
 #ifdef CUPOOL_TEST_HAVE_CXX

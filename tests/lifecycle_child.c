@@ -18,6 +18,8 @@
  *                                 CUDA_ERROR_NOT_PERMITTED and touch nothing, then it execs
  *                                 "fresh"; the parent carries on
  *   lifecycle_child fresh         a clean start: acquire, launch, synchronise, release
+ *   lifecycle_child maint-exit    exit(5) while the maintenance thread destroys a backlog of
+ *                                 streams over a tiny idle cap (its driver calls must stop)
  * Anything unexpected is written to stderr and makes the exit status 1.
  */
 #define _GNU_SOURCE
@@ -385,12 +387,37 @@ int main(int argc, char **argv)
         use_cupool();
         return failures ? 1 : 0;
     }
+    if (!strcmp(how, "maint-exit")) {
+        /* set before the first call: the configuration is read once */
+        setenv("CUPOOL_STREAM_IDLE_MAX", "16", 1);
+        setenv("CUPOOL_MAGAZINE_SIZE", "4", 1);
+        setup();
+        enum { N = 512 };
+        static CUstream s[N];
+        for (int i = 0; i < N; i++)
+            must(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0), "cupool_stream_acquire");
+        for (int i = 0; i < N; i++)
+            must(cupool_stream_release(s[i]), "cupool_stream_release");
+        cupool_maintenance_stats_t m;
+        must(cupool_maintenance_stats_get(&m), "cupool_maintenance_stats_get");
+        if (!m.running) {
+            fprintf(stderr, "lifecycle_child: the maintenance thread is not running\n");
+            return 1;
+        }
+        /* the backlog (~490 streams over the cap) is the maintenance thread's, not ours */
+        if (m.request_destroys != 0) {
+            fprintf(stderr, "lifecycle_child: %llu destroys on the releasing thread\n",
+                    (unsigned long long)m.request_destroys);
+            return 1;
+        }
+        exit(failures ? 1 : 5); /* while it destroys */
+    }
     if (!strcmp(how, "fork"))
         return forked(argv[0]);
     if (!strcmp(how, "fresh"))
         return fresh();
     fprintf(stderr, "usage: %s return|exit-worker|quick-exit|late-release|cxx-static|"
-                    "idle-at-exit|dropin-at-exit|fork|fresh\n",
+                    "idle-at-exit|dropin-at-exit|fork|fresh|maint-exit\n",
             argv[0]);
     return 2;
 }

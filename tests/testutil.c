@@ -65,6 +65,7 @@ void tu_resolve(void)
     *(void **)&tu_fake.live_events = dlsym(h, "fakecuda_live_events");
     *(void **)&tu_fake.calls = dlsym(h, "fakecuda_calls");
     *(void **)&tu_fake.calls_total = dlsym(h, "fakecuda_calls_total");
+    *(void **)&tu_fake.calls_here = dlsym(h, "fakecuda_calls_here");
     *(void **)&tu_fake.fault = dlsym(h, "fakecuda_fault");
     *(void **)&tu_fake.fault_clear = dlsym(h, "fakecuda_fault_clear");
     *(void **)&tu_fake.teardown = dlsym(h, "fakecuda_teardown");

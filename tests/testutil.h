@@ -68,6 +68,7 @@ struct tu_fake {
     int (*live_events)(void);
     unsigned long (*calls)(const char *);
     unsigned long (*calls_total)(void);
+    unsigned long (*calls_here)(const char *); /* the calling thread's calls of an entry */
     void (*fault)(const char *, unsigned long, long, CUresult);
     void (*fault_clear)(void);
     void (*teardown)(void);

@@ -389,6 +389,7 @@ enum { FC_ENTRIES(FC_ENUM) E_COUNT };
 static const char *const g_entry_names[E_COUNT] = {FC_ENTRIES(FC_NAME)};
 
 static unsigned long g_calls[E_COUNT];
+static __thread unsigned long tl_calls[E_COUNT]; /* the calling thread's own */
 static unsigned long g_calls_total;
 static unsigned long g_calls_after_teardown;
 static struct fc_fault g_fault[E_COUNT];
@@ -469,6 +470,7 @@ static int enter(int e, int need_init, CUresult *early)
 {
     lock();
     g_calls[e]++;
+    tl_calls[e]++;
     g_calls_total++;
     tl_entry = g_entry_names[e];
     if (!g_env_read)
@@ -4229,6 +4231,12 @@ unsigned long fakecuda_calls(const char *entry)
     unsigned long n = i >= 0 ? g_calls[i] : 0;
     unlock();
     return n;
+}
+
+unsigned long fakecuda_calls_here(const char *entry)
+{
+    int i = entry_index(entry);
+    return i >= 0 ? tl_calls[i] : 0;
 }
 
 unsigned long fakecuda_calls_total(void)

@@ -96,6 +96,8 @@ unsigned long fakecuda_exec_destroy_waits(void);
 unsigned long fakecuda_calls(const char *entry);
 /** Total calls to any entry point. */
 unsigned long fakecuda_calls_total(void);
+/** Calls of `entry` made by the calling thread (counted as fakecuda_calls()). */
+unsigned long fakecuda_calls_here(const char *entry);
 /** Zeroes the per-entry and total counters and fakecuda_calls_after_teardown(). */
 void fakecuda_reset_counters(void);
 

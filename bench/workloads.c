@@ -1,0 +1,2110 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cupool-bench workloads: the ways services use cupool away from its best case, each beside
+ * its floor measured in the same run.
+ *
+ *   cupool-bench workloads [--json] [--quick] [--signatures S] [--timer tsc|clock] [NAMES...]
+ *
+ * Workloads (NAMES; all of them, in this order, when none is named):
+ *   handoff       thread A acquires streams and passes them through a single-producer
+ *                 single-consumer ring (1024 slots, so up to 1024 in flight) to thread B,
+ *                 which releases them. Methods: pool-promised (a CUPOOL_POOL_CONTEXT_OUTLIVES
+ *                 pool, released vouched), pool (an explicit pool, released vouched: one
+ *                 cuCtxGetId(ctx) per acquire), current-context (cupool_stream_acquire/_release: one
+ *                 cuCtxGetId(NULL) and one cuStreamIsCapturing per acquire). Floor: the same
+ *                 ring passing pre-created driver streams, with one write on each side to a
+ *                 per-handle 64-byte-aligned record (the cache-line transfer any ownership
+ *                 check pays), plus the driver calls the method's acquire makes. ns per handle:
+ *                 wall time from the start until B released the last handle, over the handles.
+ *   burst         M acquires then M releases on one thread, vouched streams of an explicit
+ *                 pool, M = 1, 64, 128, 256, 1024, many rounds after warm-up rounds; ns per
+ *                 pair; floor: M = 1, measured in turns with each M.
+ *   burst-cold    the same from a class never used (or trimmed): a first burst of 1024, ten
+ *                 more 2 ms apart, then a first burst of 2048 (beyond what is idle) and ten
+ *                 more: where the creates ran (request thread or maintenance thread).
+ *   dropin-batch  cupool_cuStreamCreate 1000 times then cupool_cuStreamDestroy 1000 times,
+ *                 repeated (after a warm-up round); the same for events; ns per create+destroy;
+ *                 floor: the raw driver doing the same batches. The figure that matters is
+ *                 driver creates per 1000 wrapper creates.
+ *   class-clash   the current-context API alternating keys on one thread: two priorities (0
+ *                 and -4, same flags), every distinct class of the context, and 89 keys
+ *                 (flags x priority, priorities clamped to the device's range, so 89 keys make
+ *                 fewer classes: the row says how many). ns per pair; floor: one key.
+ *   explicit      pairs on 1 and 16 threads: the explicit stream pool (not vouched) against
+ *                 cuCtxGetId(ctx) + cuStreamIsCapturing + a thread-local array pop+push; the
+ *                 current-context API against cuCtxGetId(NULL) + cuStreamIsCapturing +
+ *                 pop+push; the check-free stream pair (CUPOOL_POOL_CONTEXT_OUTLIVES, released
+ *                 vouched) and event pair against a pop+push.
+ *   service-mix   16 request threads; each request acquires a stream (explicit pool, released
+ *                 unvouched) and two events (explicit pool), records the first event,
+ *                 describes and launches one of S pipeline signatures (S = 4 by default; tiny
+ *                 kernels add_u32/set_u32 on a counter of the thread's own, new arguments each
+ *                 request), records the second event and hands the three handles through a
+ *                 64-slot ring of its own (16 x 64 = 1024 in flight at most) to one completion
+ *                 thread, which polls cuEventQuery and then releases the three. A warm-up, then
+ *                 the measured phase. Floor: 16 threads that only pop and push a thread-local
+ *                 array, each operation timed with the same timer, for as long as the measured
+ *                 phase lasted: its max is the machine's own noise.
+ * The graph-cache workloads (signatures alternating on one stream, one signature on K
+ * streams, describing per request) are part of `cupool-bench graphs`.
+ *
+ * Figures, for every row: ns per operation (mean; for pair loops from a run with no timer
+ * inside the loop, the median of 3 runs taken in turns with the floor's); p50, p99, p99.9,
+ * p99.99 and max of single acquires and of single releases, each call timed by itself from a
+ * separate run of the same work (TSC, calibrated against CLOCK_MONOTONIC, or clock_gettime
+ * with --timer clock; a single-call figure includes one timer reading, whose own cost the
+ * output states; percentiles come from a log-linear histogram, at most 1.6% high); driver
+ * creates and destroys per 1000 acquires over the measured runs (cupool_stats_get deltas,
+ * every class), and of them how many ran on request threads (cupool_maintenance_stats_get:
+ * request_creates/destroys; background_* are the maintenance thread's). Every workload starts
+ * with cupool_trim(), so idle handles of one do not serve the next. The ratio is the row's ns
+ * per operation over its floor's (burst-cold and service-mix: means of the timed single calls,
+ * for the mix with the floor's max beside its own). The run ends with the key figures: the
+ * ones the targets are stated in, each with its target and whether this run met it.
+ * Without a GPU the run uses the simulated driver; every figure is then labelled "simulated".
+ */
+#define _GNU_SOURCE
+#include <cupool.h>
+
+#include <errno.h>
+#include <math.h> /* isfinite (a macro: no libm) */
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define WL_HAVE_TSC 1
+#else
+#define WL_HAVE_TSC 0
+#endif
+
+#include "kernels.h"
+
+/* ---- options ---- */
+
+enum wl_id { W_HANDOFF, W_BURST, W_BURST_COLD, W_DROPIN, W_CLASH, W_EXPLICIT, W_MIX, W_COUNT };
+static const char *const wl_names[W_COUNT] = {"handoff",     "burst",    "burst-cold",
+                                              "dropin-batch", "class-clash", "explicit",
+                                              "service-mix"};
+static const char *const wl_what[W_COUNT] = {
+    "thread A acquires, thread B releases, through a 1024-slot ring; ns per handle",
+    "M acquires then M releases on one thread, vouched explicit-pool streams; ns per pair",
+    "bursts from a class with nothing idle, then beyond what is idle; ns per pair",
+    "1000 drop-in creates then 1000 destroys, repeated; ns per create+destroy",
+    "current-context API alternating keys on one thread; ns per pair",
+    "explicit pools and the current-context API against their driver-call floors; ns per pair",
+    "16 request threads, one completion thread, S pipeline signatures; ns per call"};
+
+static int want[W_COUNT], order[W_COUNT], norder;
+static int opt_json, opt_quick, opt_signatures = 4, opt_timer_clock;
+
+static void wl_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cupool-bench workloads [--json] [--quick] [--signatures S] "
+            "[--timer tsc|clock] [NAMES...]\n"
+            "  NAMES            any of: handoff burst burst-cold dropin-batch class-clash "
+            "explicit\n"
+            "                   service-mix (default: all, in that order)\n"
+            "  --json           one JSON document on stdout instead of tables\n"
+            "  --quick          a tenth of the iterations (for tests; figures are noisier)\n"
+            "  --signatures S   service-mix: pipeline signatures, 1 to 64 (default 4)\n"
+            "  --timer T        single-call timer: tsc (default where the CPU has an invariant\n"
+            "                   TSC) or clock (clock_gettime(CLOCK_MONOTONIC))\n");
+}
+
+/* 0: go on; 1: --help printed (exit 0); 2: bad arguments (printed). */
+int cupool_bench_workloads_parse(int argc, char **argv, int *json)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int found = 0;
+        for (int w = 0; w < W_COUNT; w++)
+            if (!strcmp(a, wl_names[w])) {
+                if (!want[w])
+                    order[norder++] = w;
+                want[w] = found = 1;
+            }
+        if (found)
+            continue;
+        if (!strcmp(a, "--json"))
+            opt_json = 1;
+        else if (!strcmp(a, "--quick"))
+            opt_quick = 1;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            wl_usage(stdout);
+            return 1;
+        } else if (i + 1 < argc && !strcmp(a, "--signatures")) {
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            if (errno || *end || v < 1 || v > 64) {
+                fprintf(stderr, "cupool-bench: --signatures must be an integer from 1 to 64, "
+                                "not '%s'\n", argv[i]);
+                return 2;
+            }
+            opt_signatures = (int)v;
+        } else if (i + 1 < argc && !strcmp(a, "--timer")) {
+            const char *t = argv[++i];
+            if (!strcmp(t, "clock"))
+                opt_timer_clock = 1;
+            else if (!strcmp(t, "tsc") && WL_HAVE_TSC)
+                opt_timer_clock = 0;
+            else {
+                fprintf(stderr, "cupool-bench: --timer must be %s, not '%s'\n",
+                        WL_HAVE_TSC ? "tsc or clock" : "clock (no TSC on this CPU)", t);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "cupool-bench: workloads: unknown argument '%s'\n", a);
+            wl_usage(stderr);
+            return 2;
+        }
+    }
+    if (!norder)
+        for (int w = 0; w < W_COUNT; w++)
+            want[w] = 1, order[norder++] = w;
+    *json = opt_json;
+    return 0;
+}
+
+/* Iteration counts: a tenth with --quick. */
+static long iters(long n)
+{
+    long v = opt_quick ? n / 10 : n;
+    return v < 1 ? 1 : v;
+}
+
+/* ---- driver entry points ---- */
+
+static struct {
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
+    CUresult (*cuCtxGetStreamPriorityRange)(int *, int *);
+    CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
+    CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuEventCreate)(CUevent *, unsigned int);
+    CUresult (*cuEventDestroy)(CUevent);
+    CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuEventQuery)(CUevent);
+    CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+    CUresult (*cuModuleUnload)(CUmodule);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+} d;
+
+static CUcontext ctx;
+static unsigned long long ctx_id;
+static int prio_least, prio_greatest;
+static cupool_stream_pool_t spool, promised_spool;
+static cupool_event_pool_t epool, promised_epool;
+static const unsigned int SFLAGS = CU_STREAM_NON_BLOCKING;
+static const unsigned int EFLAGS = CU_EVENT_DISABLE_TIMING;
+
+/* ---- failures: the first one is kept; every wait and loop stops on it ---- */
+
+static _Atomic int aborted;
+static pthread_mutex_t fail_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fail_msg[1024];
+static const char *cur_wl = "setup";
+
+static void wl_fail(const char *what, CUresult r, const char *fmt, ...)
+{
+    pthread_mutex_lock(&fail_lock);
+    if (!atomic_load(&aborted)) {
+        int n = snprintf(fail_msg, sizeof fail_msg, "%s: %s", cur_wl, what);
+        if (n < 0)
+            n = 0;
+        if (fmt && (size_t)n < sizeof fail_msg) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(fail_msg + n, sizeof fail_msg - (size_t)n, fmt, ap);
+            va_end(ap);
+        } else if ((size_t)n < sizeof fail_msg)
+            snprintf(fail_msg + n, sizeof fail_msg - (size_t)n, ": %s (%s)",
+                     cupool_result_name(r), cupool_error_string());
+        atomic_store(&aborted, 1);
+    }
+    pthread_mutex_unlock(&fail_lock);
+}
+
+/* On the main thread with no other thread of the workload running: report and exit. */
+static void die_if_failed(void)
+{
+    if (atomic_load(&aborted)) {
+        fflush(stdout);
+        fprintf(stderr, "cupool-bench workloads: %s\n", fail_msg);
+        exit(1);
+    }
+}
+
+#define MCHECK(call)                            \
+    do {                                        \
+        CUresult r_ = (call);                   \
+        if (r_ != CUDA_SUCCESS) {               \
+            wl_fail(#call, r_, NULL);           \
+            die_if_failed();                    \
+        }                                       \
+    } while (0)
+
+/* In a worker: record the failure and leave through `out`. */
+#define WCHECK(call)                            \
+    do {                                        \
+        CUresult r_ = (call);                   \
+        if (r_ != CUDA_SUCCESS) {               \
+            wl_fail(#call, r_, NULL);           \
+            goto out;                           \
+        }                                       \
+    } while (0)
+
+static void spawn(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    int e = pthread_create(t, NULL, fn, arg);
+    if (e) {
+        fprintf(stderr, "cupool-bench workloads: pthread_create: %s\n", strerror(e));
+        exit(1);
+    }
+}
+
+/* ---- the timer ---- */
+
+static int use_tsc;
+static double ns_per_tick = 1.0;
+static double timer_cost_ns, timer_cost_p50_ns, tsc_drift;
+static uint64_t run_mono0, run_tick0;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline uint64_t ticks(void)
+{
+#if WL_HAVE_TSC
+    if (use_tsc) {
+        _mm_lfence(); /* the reading waits for the timed call to finish, and nothing later
+                         starts before it */
+        uint64_t t = __rdtsc();
+        _mm_lfence();
+        return t;
+    }
+#endif
+    return mono_ns();
+}
+
+static inline void cpu_relax(void)
+{
+#if WL_HAVE_TSC
+    _mm_pause();
+#endif
+}
+
+static int cpu_has_invariant_tsc(void)
+{
+#if WL_HAVE_TSC
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int constant = 0, nonstop = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5))
+            continue;
+        constant = strstr(line, " constant_tsc") != NULL;
+        nonstop = strstr(line, " nonstop_tsc") != NULL;
+        break;
+    }
+    fclose(f);
+    return constant && nonstop;
+#else
+    return 0;
+#endif
+}
+
+/* ---- latency histograms: log-linear, in timer ticks, exact below 128 ticks ---- */
+
+#define HSUB_BITS 6
+#define HSUB (1u << HSUB_BITS)
+#define HBUCKETS (59 * HSUB)
+
+struct hist {
+    uint64_t n, sum, max;
+    uint64_t b[HBUCKETS];
+};
+
+static struct hist *hist_new(void)
+{
+    struct hist *h = calloc(1, sizeof *h);
+    if (!h) {
+        fprintf(stderr, "cupool-bench workloads: out of memory\n");
+        exit(1);
+    }
+    return h;
+}
+
+static inline void hist_add(struct hist *h, uint64_t v)
+{
+    unsigned i;
+    if (v < 2 * HSUB)
+        i = (unsigned)v;
+    else {
+        unsigned shift = (unsigned)(63 - __builtin_clzll(v)) - HSUB_BITS;
+        i = shift * HSUB + (unsigned)(v >> shift);
+    }
+    h->b[i]++;
+    h->n++;
+    h->sum += v;
+    if (v > h->max)
+        h->max = v;
+}
+
+static void hist_merge(struct hist *into, const struct hist *h)
+{
+    for (unsigned i = 0; i < HBUCKETS; i++)
+        into->b[i] += h->b[i];
+    into->n += h->n;
+    into->sum += h->sum;
+    if (h->max > into->max)
+        into->max = h->max;
+}
+
+static uint64_t bucket_high(unsigned i)
+{
+    if (i < 2 * HSUB)
+        return i;
+    unsigned shift = i / HSUB - 1;
+    uint64_t top = i % HSUB + HSUB;
+    return ((top + 1) << shift) - 1;
+}
+
+/* ns at quantile q: the highest value of the bucket holding it (never above the max) */
+static double hist_q(const struct hist *h, double q)
+{
+    if (!h->n)
+        return 0;
+    double at = q * (double)h->n;
+    uint64_t rank = (uint64_t)at, cum = 0;
+    if ((double)rank < at)
+        rank++;
+    if (rank < 1)
+        rank = 1;
+    for (unsigned i = 0; i < HBUCKETS; i++) {
+        cum += h->b[i];
+        if (cum >= rank) {
+            uint64_t v = bucket_high(i);
+            return (double)(v < h->max ? v : h->max) * ns_per_tick;
+        }
+    }
+    return (double)h->max * ns_per_tick;
+}
+
+struct lat {
+    uint64_t n;
+    double mean, p50, p99, p999, p9999, max; /* ns */
+};
+
+static struct lat lat_of(const struct hist *h)
+{
+    struct lat l = {0};
+    if (!h || !h->n)
+        return l;
+    l.n = h->n;
+    l.mean = (double)h->sum / (double)h->n * ns_per_tick;
+    l.p50 = hist_q(h, 0.50);
+    l.p99 = hist_q(h, 0.99);
+    l.p999 = hist_q(h, 0.999);
+    l.p9999 = hist_q(h, 0.9999);
+    l.max = (double)h->max * ns_per_tick;
+    return l;
+}
+
+static void timer_init(void)
+{
+    use_tsc = WL_HAVE_TSC && !opt_timer_clock && cpu_has_invariant_tsc();
+    if (use_tsc) {
+        uint64_t m0 = mono_ns(), t0 = ticks(), m1;
+        while ((m1 = mono_ns()) - m0 < 50000000u)
+            ;
+        uint64_t t1 = ticks();
+        ns_per_tick = (double)(m1 - m0) / (double)(t1 - t0);
+    }
+    run_mono0 = mono_ns();
+    run_tick0 = ticks();
+    struct hist *h = hist_new();
+    for (int i = 0; i < 200000; i++) {
+        uint64_t a = ticks(), b = ticks();
+        hist_add(h, b - a);
+    }
+    struct lat l = lat_of(h);
+    timer_cost_ns = l.mean;
+    timer_cost_p50_ns = l.p50;
+    free(h);
+}
+
+/* ---- driver-call accounting ---- */
+
+struct counts {
+    uint64_t creates, destroys, req_creates, req_destroys, bg_creates, bg_destroys;
+};
+
+static void counts_now(struct counts *c)
+{
+    size_t n = 0, cap = 0;
+    cupool_class_stats_t *st = NULL;
+    memset(c, 0, sizeof *c);
+    for (;;) {
+        MCHECK(cupool_stats_get(st, cap, &n));
+        if (n <= cap)
+            break;
+        free(st);
+        cap = n + 16;
+        st = calloc(cap, sizeof *st);
+        if (!st) {
+            fprintf(stderr, "cupool-bench workloads: out of memory\n");
+            exit(1);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        c->creates += st[i].creates;
+        c->destroys += st[i].destroys;
+    }
+    free(st);
+    cupool_maintenance_stats_t m;
+    MCHECK(cupool_maintenance_stats_get(&m));
+    c->req_creates = m.request_creates;
+    c->req_destroys = m.request_destroys;
+    c->bg_creates = m.background_creates;
+    c->bg_destroys = m.background_destroys;
+}
+
+/* acc += now - since */
+static void counts_add_since(struct counts *acc, const struct counts *since)
+{
+    struct counts now;
+    counts_now(&now);
+    acc->creates += now.creates - since->creates;
+    acc->destroys += now.destroys - since->destroys;
+    acc->req_creates += now.req_creates - since->req_creates;
+    acc->req_destroys += now.req_destroys - since->req_destroys;
+    acc->bg_creates += now.bg_creates - since->bg_creates;
+    acc->bg_destroys += now.bg_destroys - since->bg_destroys;
+}
+
+/* ---- result rows ---- */
+
+struct row {
+    int wl;
+    char name[48];
+    char params[256]; /* JSON members */
+    const char *unit;
+    double ns;        /* ns per operation, mean */
+    char floor[96];
+    double floor_ns;  /* 0: no floor */
+    struct lat acq, rel, facq, frel;
+    uint64_t ops;     /* acquires over the counted runs */
+    struct counts dc;
+    int counted;      /* dc is meaningful */
+    char extra[512];  /* JSON members */
+    char note[256];
+};
+
+#define MAX_ROWS 64
+static struct row rows[MAX_ROWS];
+static int nrows;
+static const char *label = "";
+
+static struct row *row_new(int wl, const char *unit, const char *fmt, ...)
+{
+    if (nrows == MAX_ROWS) {
+        fprintf(stderr, "cupool-bench workloads: too many rows\n");
+        exit(1);
+    }
+    struct row *r = &rows[nrows++];
+    memset(r, 0, sizeof *r);
+    r->wl = wl;
+    r->unit = unit;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->name, sizeof r->name, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+static void fmt_ns(char *buf, size_t len, double ns)
+{
+    if (ns < 10)
+        snprintf(buf, len, "%.1fns", ns);
+    else if (ns < 1000)
+        snprintf(buf, len, "%.0fns", ns);
+    else if (ns < 1e6)
+        snprintf(buf, len, "%.*fus", ns < 1e4 ? 2 : ns < 1e5 ? 1 : 0, ns / 1e3);
+    else
+        snprintf(buf, len, "%.*fms", ns < 1e7 ? 2 : ns < 1e8 ? 1 : 0, ns / 1e6);
+}
+
+static void print_lat(const char *what, const struct lat *l)
+{
+    char a[16], b[16], c[16], e[16], f[16];
+    fmt_ns(a, sizeof a, l->p50);
+    fmt_ns(b, sizeof b, l->p99);
+    fmt_ns(c, sizeof c, l->p999);
+    fmt_ns(e, sizeof e, l->p9999);
+    fmt_ns(f, sizeof f, l->max);
+    printf(" %s p50 %s p99 %s p99.9 %s p99.99 %s max %s", what, a, b, c, e, f);
+}
+
+static double per_1000(uint64_t v, uint64_t ops)
+{
+    return ops ? 1000.0 * (double)v / (double)ops : 0;
+}
+
+static void print_rows(int wl, int first)
+{
+    printf("\n%s: %s%s\n", wl_names[wl], wl_what[wl], label);
+    printf("  %-34s %10s  %-56s %10s %8s  %-18s %-18s\n", "row", "ns/op", "floor", "ns/op",
+           "ratio", "creates/1k (req)", "destroys/1k (req)");
+    for (int i = first; i < nrows; i++) {
+        struct row *r = &rows[i];
+        char ratio[16] = "-", fns[16] = "-", cr[32] = "-", de[32] = "-";
+        if (r->floor_ns > 0) {
+            snprintf(ratio, sizeof ratio, "%.2fx", r->ns / r->floor_ns);
+            snprintf(fns, sizeof fns, "%.1f", r->floor_ns);
+        }
+        if (r->counted) {
+            snprintf(cr, sizeof cr, "%.2f (%.2f)", per_1000(r->dc.creates, r->ops),
+                     per_1000(r->dc.req_creates, r->ops));
+            snprintf(de, sizeof de, "%.2f (%.2f)", per_1000(r->dc.destroys, r->ops),
+                     per_1000(r->dc.req_destroys, r->ops));
+        }
+        printf("  %-34s %10.1f  %-56s %10s %8s  %-18s %-18s\n", r->name, r->ns,
+               r->floor[0] ? r->floor : "-", fns, ratio, cr, de);
+        if (r->acq.n || r->rel.n) {
+            printf("  %-34s", "");
+            if (r->acq.n)
+                print_lat("acquire", &r->acq);
+            if (r->rel.n)
+                print_lat("| release", &r->rel);
+            printf("\n");
+        }
+        if (r->facq.n || r->frel.n) {
+            printf("  %-28s floor ", "");
+            if (r->facq.n)
+                print_lat("acquire", &r->facq);
+            if (r->frel.n)
+                print_lat("| release", &r->frel);
+            printf("\n");
+        }
+        if (r->note[0])
+            printf("  %-34s %s\n", "", r->note);
+    }
+    fflush(stdout);
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static void json_num(double v)
+{
+    if (isfinite(v))
+        printf("%.3f", v);
+    else
+        printf("null");
+}
+
+static void json_lat(const char *key, const struct lat *l)
+{
+    printf(",\"%s\":", key);
+    if (!l->n) {
+        printf("null");
+        return;
+    }
+    printf("{\"count\":%llu,\"mean_ns\":", (unsigned long long)l->n);
+    json_num(l->mean);
+    printf(",\"p50_ns\":");
+    json_num(l->p50);
+    printf(",\"p99_ns\":");
+    json_num(l->p99);
+    printf(",\"p99_9_ns\":");
+    json_num(l->p999);
+    printf(",\"p99_99_ns\":");
+    json_num(l->p9999);
+    printf(",\"max_ns\":");
+    json_num(l->max);
+    printf("}");
+}
+
+static void json_row(const struct row *r)
+{
+    printf("{\"row\":");
+    json_str(r->name);
+    printf(",\"workload\":\"%s\",\"params\":{%s},\"unit\":\"%s\",\"ns_per_op\":",
+           wl_names[r->wl], r->params, r->unit);
+    json_num(r->ns);
+    json_lat("acquire", &r->acq);
+    json_lat("release", &r->rel);
+    printf(",\"floor\":");
+    if (r->floor[0]) {
+        printf("{\"name\":");
+        json_str(r->floor);
+        printf(",\"ns_per_op\":");
+        json_num(r->floor_ns);
+        json_lat("acquire", &r->facq);
+        json_lat("release", &r->frel);
+        printf("}");
+    } else
+        printf("null");
+    printf(",\"ratio\":");
+    if (r->floor_ns > 0)
+        json_num(r->ns / r->floor_ns);
+    else
+        printf("null");
+    if (r->counted) {
+        const struct counts *c = &r->dc;
+        printf(",\"ops\":%llu,\"creates\":%llu,\"destroys\":%llu,\"request_creates\":%llu,"
+               "\"request_destroys\":%llu,\"background_creates\":%llu,"
+               "\"background_destroys\":%llu,\"creates_per_1000\":",
+               (unsigned long long)r->ops, (unsigned long long)c->creates,
+               (unsigned long long)c->destroys, (unsigned long long)c->req_creates,
+               (unsigned long long)c->req_destroys, (unsigned long long)c->bg_creates,
+               (unsigned long long)c->bg_destroys);
+        json_num(per_1000(c->creates, r->ops));
+        printf(",\"destroys_per_1000\":");
+        json_num(per_1000(c->destroys, r->ops));
+        printf(",\"request_creates_per_1000\":");
+        json_num(per_1000(c->req_creates, r->ops));
+        printf(",\"request_destroys_per_1000\":");
+        json_num(per_1000(c->req_destroys, r->ops));
+    }
+    if (r->extra[0])
+        printf(",\"extra\":{%s}", r->extra);
+    if (r->note[0]) {
+        printf(",\"note\":");
+        json_str(r->note);
+    }
+    printf("}");
+}
+
+static double median3(double *v, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: n is tiny */
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define REPEATS 3
+
+/* ---- waiting, bounded: 10 s without progress is a failure, never a hang ---- */
+
+struct waiter {
+    unsigned spins;
+    uint64_t since;
+};
+
+static int waiter_spin(struct waiter *w, const char *what)
+{
+    w->spins++;
+    if (w->spins % 64 == 0)
+        sched_yield(); /* machines with fewer CPUs than threads */
+    else
+        cpu_relax();
+    if (w->spins % 1024 == 0) {
+        if (atomic_load_explicit(&aborted, memory_order_relaxed))
+            return 0;
+        uint64_t now = mono_ns();
+        if (!w->since)
+            w->since = now;
+        else if (now - w->since > 10000000000u) {
+            wl_fail(what, CUDA_SUCCESS, ": no progress for 10 s");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- a single-producer single-consumer ring ---- */
+
+struct item {
+    void *a, *b, *c;
+    uintptr_t i;
+};
+
+struct ring {
+    _Alignas(64) uint64_t cap, mask; /* read-only */
+    _Alignas(64) _Atomic uint64_t head;
+    uint64_t tail_seen; /* the producer's */
+    _Alignas(64) _Atomic uint64_t tail;
+    uint64_t head_seen; /* the consumer's */
+    _Alignas(64) struct item slot[];
+};
+
+static struct ring *ring_new(uint64_t cap)
+{
+    struct ring *r = aligned_alloc(64, (sizeof(struct ring) + cap * sizeof(struct item) + 63) /
+                                           64 * 64);
+    if (!r) {
+        fprintf(stderr, "cupool-bench workloads: out of memory\n");
+        exit(1);
+    }
+    memset(r, 0, sizeof *r);
+    r->cap = cap;
+    r->mask = cap - 1;
+    return r;
+}
+
+static int ring_push(struct ring *r, const struct item *it, const char *what)
+{
+    uint64_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+    if (h - r->tail_seen >= r->cap) {
+        struct waiter w = {0};
+        while (h - (r->tail_seen = atomic_load_explicit(&r->tail, memory_order_acquire)) >=
+               r->cap)
+            if (!waiter_spin(&w, what))
+                return 0;
+    }
+    r->slot[h & r->mask] = *it;
+    atomic_store_explicit(&r->head, h + 1, memory_order_release);
+    return 1;
+}
+
+/* The oldest item, or NULL if the ring is empty (never waits). */
+static struct item *ring_peek(struct ring *r)
+{
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    if (t == r->head_seen) {
+        r->head_seen = atomic_load_explicit(&r->head, memory_order_acquire);
+        if (t == r->head_seen)
+            return NULL;
+    }
+    return &r->slot[t & r->mask];
+}
+
+static void ring_drop(struct ring *r)
+{
+    uint64_t t = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    atomic_store_explicit(&r->tail, t + 1, memory_order_release);
+}
+
+static int ring_pop(struct ring *r, struct item *out, const char *what)
+{
+    struct item *it;
+    struct waiter w = {0};
+    while (!(it = ring_peek(r)))
+        if (!waiter_spin(&w, what))
+            return 0;
+    *out = *it;
+    ring_drop(r);
+    return 1;
+}
+
+/* ---- pair loops on 1 or more threads ---- */
+
+enum op {
+    OP_POOL,           /* explicit pool, released unvouched */
+    OP_POOL_VOUCHED,   /* explicit pool, released with CUPOOL_RELEASE_NOT_CAPTURING */
+    OP_PROMISED,       /* CUPOOL_POOL_CONTEXT_OUTLIVES pool, released vouched */
+    OP_EVENT_PROMISED, /* CUPOOL_POOL_CONTEXT_OUTLIVES event pool */
+    OP_CUPOOL,         /* cupool_stream_acquire/_release, one key */
+    OP_CUPOOL_KEYS,    /* the same, keys taken in turn */
+    OP_FLOOR_CTX,      /* pop + cuCtxGetId(ctx) + cuStreamIsCapturing, push */
+    OP_FLOOR_NULL,     /* pop + cuCtxGetId(NULL) + cuStreamIsCapturing, push */
+    OP_FLOOR_LOCAL     /* pop, push */
+};
+
+struct key {
+    unsigned int flags;
+    int priority;
+};
+
+struct pjob {
+    enum op op;
+    const struct key *keys;
+    int nkeys, k;
+    int timed;
+    long n;
+    struct hist *ha, *hr;
+    pthread_barrier_t *start;
+    double ns;
+    CUstream fs; /* the floor's stream, created by the driver */
+    void *volatile stack[16];
+    volatile unsigned int count;
+    pthread_t t;
+};
+
+static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, enum op op,
+                                                                int timed)
+{
+    CUresult r;
+    CUstream s = NULL;
+    CUevent e = NULL;
+    unsigned long long id;
+    CUstreamCaptureStatus cs;
+    uint64_t t0 = 0, t1 = 0, t2 = 0;
+    if (timed)
+        t0 = ticks();
+    switch (op) {
+    case OP_POOL:
+    case OP_POOL_VOUCHED: r = cupool_stream_pool_acquire(spool, &s); break;
+    case OP_PROMISED: r = cupool_stream_pool_acquire(promised_spool, &s); break;
+    case OP_EVENT_PROMISED: r = cupool_event_pool_acquire(promised_epool, &e); break;
+    case OP_CUPOOL: r = cupool_stream_acquire(&s, SFLAGS, 0); break;
+    case OP_CUPOOL_KEYS: {
+        const struct key *k = &j->keys[j->k];
+        j->k = j->k + 1 == j->nkeys ? 0 : j->k + 1;
+        r = cupool_stream_acquire(&s, k->flags, k->priority);
+        break;
+    }
+    case OP_FLOOR_CTX:
+    case OP_FLOOR_NULL:
+        s = j->stack[--j->count];
+        r = d.cuCtxGetId(op == OP_FLOOR_CTX ? ctx : NULL, &id);
+        if (r == CUDA_SUCCESS)
+            r = d.cuStreamIsCapturing(s, &cs);
+        break;
+    default:
+        s = j->stack[--j->count];
+        r = CUDA_SUCCESS;
+        break;
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (timed)
+        t1 = ticks();
+    switch (op) {
+    case OP_POOL: r = cupool_stream_pool_release(spool, s, 0); break;
+    case OP_POOL_VOUCHED: r = cupool_stream_pool_release(spool, s, CUPOOL_RELEASE_NOT_CAPTURING); break;
+    case OP_PROMISED:
+        r = cupool_stream_pool_release(promised_spool, s, CUPOOL_RELEASE_NOT_CAPTURING);
+        break;
+    case OP_EVENT_PROMISED: r = cupool_event_pool_release(promised_epool, e); break;
+    case OP_CUPOOL:
+    case OP_CUPOOL_KEYS: r = cupool_stream_release(s); break;
+    default: j->stack[j->count++] = s; break;
+    }
+    if (timed) {
+        t2 = ticks();
+        hist_add(j->ha, t1 - t0);
+        hist_add(j->hr, t2 - t1);
+    }
+    return r;
+}
+
+#define PAIR_CASE(OP)                                                  \
+    case OP:                                                           \
+        if (timed)                                                     \
+            for (long i = 0; i < n && r == CUDA_SUCCESS; i++)          \
+                r = pair_once(j, OP, 1);                               \
+        else                                                           \
+            for (long i = 0; i < n && r == CUDA_SUCCESS; i++)          \
+                r = pair_once(j, OP, 0);                               \
+        break;
+
+static CUresult pairs(struct pjob *j, long n, int timed)
+{
+    CUresult r = CUDA_SUCCESS;
+    switch (j->op) {
+        PAIR_CASE(OP_POOL)
+        PAIR_CASE(OP_POOL_VOUCHED)
+        PAIR_CASE(OP_PROMISED)
+        PAIR_CASE(OP_EVENT_PROMISED)
+        PAIR_CASE(OP_CUPOOL)
+        PAIR_CASE(OP_CUPOOL_KEYS)
+        PAIR_CASE(OP_FLOOR_CTX)
+        PAIR_CASE(OP_FLOOR_NULL)
+        PAIR_CASE(OP_FLOOR_LOCAL)
+    }
+    return r;
+}
+
+static void *pair_thread(void *arg)
+{
+    struct pjob *j = arg;
+    int floor = j->op >= OP_FLOOR_CTX;
+    WCHECK(d.cuCtxSetCurrent(ctx));
+    if (floor) {
+        WCHECK(d.cuStreamCreateWithPriority(&j->fs, SFLAGS, 0));
+        j->stack[0] = j->fs;
+        j->count = 1;
+    }
+    {
+        CUresult r = pairs(j, 1000, 0); /* warm: this thread's magazines are loaded */
+        if (r != CUDA_SUCCESS)
+            wl_fail("warm-up pairs", r, NULL);
+    }
+out:
+    pthread_barrier_wait(j->start);
+    if (!atomic_load(&aborted)) {
+        uint64_t t0 = mono_ns();
+        CUresult r = pairs(j, j->n, j->timed);
+        j->ns = (double)(mono_ns() - t0) / (double)j->n;
+        if (r != CUDA_SUCCESS)
+            wl_fail("pairs", r, NULL);
+    }
+    if (j->fs) {
+        CUresult r = d.cuStreamDestroy(j->fs);
+        if (r != CUDA_SUCCESS)
+            wl_fail("cuStreamDestroy (floor stream)", r, NULL);
+    }
+    return NULL;
+}
+
+/* Mean over threads of each thread's ns per pair; with ha/hr, every call timed into them. */
+static double run_pairs(enum op op, const struct key *keys, int nkeys, int threads, long n,
+                        struct hist *ha, struct hist *hr)
+{
+    struct pjob *j = calloc((size_t)threads, sizeof *j);
+    pthread_barrier_t start;
+    if (!j) {
+        fprintf(stderr, "cupool-bench workloads: out of memory\n");
+        exit(1);
+    }
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    for (int i = 0; i < threads; i++) {
+        j[i].op = op;
+        j[i].keys = keys;
+        j[i].nkeys = nkeys;
+        j[i].n = n;
+        j[i].start = &start;
+        j[i].timed = ha != NULL;
+        if (ha) {
+            j[i].ha = hist_new();
+            j[i].hr = hist_new();
+        }
+        spawn(&j[i].t, pair_thread, &j[i]);
+    }
+    double sum = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(j[i].t, NULL);
+        sum += j[i].ns;
+        if (ha) {
+            hist_merge(ha, j[i].ha);
+            hist_merge(hr, j[i].hr);
+            free(j[i].ha);
+            free(j[i].hr);
+        }
+    }
+    pthread_barrier_destroy(&start);
+    free(j);
+    die_if_failed();
+    return sum / threads;
+}
+
+/* A row of pairs beside its floor (another op): REPEATS untimed runs of each in turns
+ * (medians), then one timed run of each; driver calls counted over the row's own runs. */
+static void pairs_vs_floor(struct row *row, enum op op, const struct key *keys, int nkeys,
+                           enum op fop, const struct key *fkeys, int fnkeys, int threads,
+                           long n)
+{
+    double a[REPEATS], f[REPEATS];
+    struct counts c0;
+    for (int i = 0; i < REPEATS; i++) {
+        counts_now(&c0);
+        a[i] = run_pairs(op, keys, nkeys, threads, n, NULL, NULL);
+        counts_add_since(&row->dc, &c0);
+        f[i] = run_pairs(fop, fkeys, fnkeys, threads, n, NULL, NULL);
+    }
+    struct hist *ha = hist_new(), *hr = hist_new(), *fa = hist_new(), *fr = hist_new();
+    counts_now(&c0);
+    run_pairs(op, keys, nkeys, threads, n, ha, hr);
+    counts_add_since(&row->dc, &c0);
+    run_pairs(fop, fkeys, fnkeys, threads, n, fa, fr);
+    row->ns = median3(a, REPEATS);
+    row->floor_ns = median3(f, REPEATS);
+    row->acq = lat_of(ha);
+    row->rel = lat_of(hr);
+    row->facq = lat_of(fa);
+    row->frel = lat_of(fr);
+    /* each thread's 1000 warm-up pairs of each run are counted too */
+    row->ops = (uint64_t)threads * (uint64_t)(n + 1000) * (REPEATS + 1);
+    row->counted = 1;
+    free(ha), free(hr), free(fa), free(fr);
+}
+
+/* ---- handoff ---- */
+
+enum ho_variant { HO_PROMISED, HO_POOL, HO_CUPOOL };
+static const char *const ho_names[3] = {"pool-promised", "pool", "current-context"};
+static const char *const ho_floors[3] = {
+    "ring + record writes", "ring + records + cuCtxGetId(ctx)",
+    "ring + records + cuCtxGetId(NULL) + cuStreamIsCapturing"};
+
+#define HO_CAP 1024
+#define HO_HANDLES 2048 /* floor: more than can be in flight */
+
+struct ho_record {
+    _Alignas(64) volatile uintptr_t owner;
+};
+
+struct ho_job {
+    enum ho_variant v;
+    int floor;
+    long n;
+    struct ring *ring;
+    struct hist *ha, *hr; /* NULL: untimed */
+    pthread_barrier_t *start;
+    CUstream *pre;
+    struct ho_record *rec;
+};
+
+static void *ho_producer(void *arg)
+{
+    struct ho_job *j = arg;
+    WCHECK(d.cuCtxSetCurrent(ctx));
+out:
+    pthread_barrier_wait(j->start);
+    for (long i = 0; i < j->n && !atomic_load_explicit(&aborted, memory_order_relaxed); i++) {
+        CUstream s = NULL;
+        CUresult r = CUDA_SUCCESS;
+        unsigned long long id;
+        CUstreamCaptureStatus cs;
+        uint64_t t0 = j->ha ? ticks() : 0;
+        if (j->floor) {
+            s = j->pre[i & (HO_HANDLES - 1)];
+            j->rec[i & (HO_HANDLES - 1)].owner = 1;
+            if (j->v == HO_POOL)
+                r = d.cuCtxGetId(ctx, &id);
+            else if (j->v == HO_CUPOOL && (r = d.cuCtxGetId(NULL, &id)) == CUDA_SUCCESS)
+                r = d.cuStreamIsCapturing(s, &cs);
+        } else if (j->v == HO_CUPOOL)
+            r = cupool_stream_acquire(&s, SFLAGS, 0);
+        else
+            r = cupool_stream_pool_acquire(j->v == HO_POOL ? spool : promised_spool, &s);
+        if (j->ha)
+            hist_add(j->ha, ticks() - t0);
+        if (r != CUDA_SUCCESS) {
+            wl_fail(j->floor ? "floor driver call" : "acquire", r, NULL);
+            break;
+        }
+        struct item it = {s, NULL, NULL, (uintptr_t)i};
+        if (!ring_push(j->ring, &it, "handoff ring full"))
+            break;
+    }
+    return NULL;
+}
+
+static void *ho_consumer(void *arg)
+{
+    struct ho_job *j = arg;
+    pthread_barrier_wait(j->start);
+    for (long i = 0; i < j->n; i++) {
+        struct item it;
+        if (!ring_pop(j->ring, &it, "handoff ring empty"))
+            break;
+        CUresult r = CUDA_SUCCESS;
+        uint64_t t0 = j->hr ? ticks() : 0;
+        if (j->floor)
+            j->rec[it.i & (HO_HANDLES - 1)].owner = 0;
+        else if (j->v == HO_CUPOOL)
+            r = cupool_stream_release((CUstream)it.a);
+        else
+            r = cupool_stream_pool_release(j->v == HO_POOL ? spool : promised_spool,
+                                           (CUstream)it.a, CUPOOL_RELEASE_NOT_CAPTURING);
+        if (j->hr)
+            hist_add(j->hr, ticks() - t0);
+        if (r != CUDA_SUCCESS) {
+            wl_fail("release", r, NULL);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static CUstream ho_pre[HO_HANDLES];
+static struct ho_record *ho_rec;
+
+/* ns per handle, from the start until the consumer released the last one */
+static double ho_run(enum ho_variant v, int floor, long n, struct hist *ha, struct hist *hr)
+{
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 3);
+    struct ho_job j = {v, floor, n, ring_new(HO_CAP), ha, hr, &start, ho_pre, ho_rec};
+    pthread_t a, b;
+    spawn(&a, ho_producer, &j);
+    spawn(&b, ho_consumer, &j);
+    pthread_barrier_wait(&start);
+    uint64_t t0 = mono_ns();
+    pthread_join(b, NULL);
+    uint64_t t1 = mono_ns();
+    pthread_join(a, NULL);
+    pthread_barrier_destroy(&start);
+    free(j.ring);
+    die_if_failed();
+    return (double)(t1 - t0) / (double)n;
+}
+
+static void wl_handoff(void)
+{
+    long n = iters(200000);
+    ho_rec = aligned_alloc(64, sizeof(struct ho_record) * HO_HANDLES);
+    if (!ho_rec) {
+        fprintf(stderr, "cupool-bench workloads: out of memory\n");
+        exit(1);
+    }
+    memset(ho_rec, 0, sizeof(struct ho_record) * HO_HANDLES);
+    for (int i = 0; i < HO_HANDLES; i++)
+        MCHECK(d.cuStreamCreateWithPriority(&ho_pre[i], SFLAGS, 0));
+    for (int v = HO_PROMISED; v <= HO_CUPOOL; v++) {
+        struct row *row = row_new(W_HANDOFF, "handle", "%s", ho_names[v]);
+        snprintf(row->params, sizeof row->params,
+                 "\"handles\":%ld,\"ring_slots\":%d,\"vouched\":%s", n, HO_CAP,
+                 v == HO_CUPOOL ? "false" : "true");
+        snprintf(row->floor, sizeof row->floor, "%s", ho_floors[v]);
+        ho_run((enum ho_variant)v, 0, n / 2 + 1, NULL, NULL); /* warm-up */
+        double a[REPEATS], f[REPEATS];
+        struct counts c0;
+        for (int i = 0; i < REPEATS; i++) {
+            counts_now(&c0);
+            a[i] = ho_run((enum ho_variant)v, 0, n, NULL, NULL);
+            counts_add_since(&row->dc, &c0);
+            f[i] = ho_run((enum ho_variant)v, 1, n, NULL, NULL);
+        }
+        struct hist *ha = hist_new(), *hr = hist_new(), *fa = hist_new(), *fr = hist_new();
+        counts_now(&c0);
+        ho_run((enum ho_variant)v, 0, n, ha, hr);
+        counts_add_since(&row->dc, &c0);
+        ho_run((enum ho_variant)v, 1, n, fa, fr);
+        row->ns = median3(a, REPEATS);
+        row->floor_ns = median3(f, REPEATS);
+        row->acq = lat_of(ha), row->rel = lat_of(hr);
+        row->facq = lat_of(fa), row->frel = lat_of(fr);
+        row->ops = (uint64_t)n * (REPEATS + 1);
+        row->counted = 1;
+        free(ha), free(hr), free(fa), free(fr);
+    }
+    for (int i = 0; i < HO_HANDLES; i++)
+        MCHECK(d.cuStreamDestroy(ho_pre[i]));
+    free(ho_rec);
+}
+
+/* ---- bursts ---- */
+
+/* `rounds` bursts of M acquires then M releases from pool (released vouched); ns per pair.
+ * With ha/hr every call is timed. gap_ns: a pause between rounds (not counted). */
+static double burst_run(cupool_stream_pool_t pool, CUstream *s, int M, long rounds,
+                        struct hist *ha, struct hist *hr, long gap_ns)
+{
+    uint64_t busy = 0, start = mono_ns();
+    for (long k = 0; k < rounds; k++) {
+        uint64_t t0 = gap_ns ? mono_ns() : 0;
+        for (int i = 0; i < M; i++) {
+            uint64_t a = ha ? ticks() : 0;
+            CUresult r = cupool_stream_pool_acquire(pool, &s[i]);
+            if (ha)
+                hist_add(ha, ticks() - a);
+            if (r != CUDA_SUCCESS) {
+                wl_fail("cupool_stream_pool_acquire", r, NULL);
+                return 0;
+            }
+        }
+        for (int i = 0; i < M; i++) {
+            uint64_t a = hr ? ticks() : 0;
+            CUresult r = cupool_stream_pool_release(pool, s[i], CUPOOL_RELEASE_NOT_CAPTURING);
+            if (hr)
+                hist_add(hr, ticks() - a);
+            if (r != CUDA_SUCCESS) {
+                wl_fail("cupool_stream_pool_release", r, NULL);
+                return 0;
+            }
+        }
+        if (gap_ns) { /* the pause is not counted */
+            busy += mono_ns() - t0;
+            struct timespec ts = {0, gap_ns};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (!gap_ns)
+        busy = mono_ns() - start;
+    return (double)busy / ((double)rounds * M);
+}
+
+static void wl_burst(void)
+{
+    static const int Ms[] = {1, 64, 128, 256, 1024};
+    long total = iters(262144); /* pairs per run, whatever M */
+    CUstream *s = malloc(sizeof(CUstream) * 1024);
+    if (!s)
+        exit(1);
+    burst_run(spool, s, 1, 1000, NULL, NULL, 0);
+    for (size_t m = 0; m < sizeof Ms / sizeof *Ms; m++) {
+        int M = Ms[m];
+        long rounds = total / M > 4 ? total / M : 4, warm = rounds / 4 > 8 ? rounds / 4 : 8;
+        struct row *row = row_new(W_BURST, "pair", "M=%d", M);
+        snprintf(row->params, sizeof row->params, "\"M\":%d,\"rounds\":%ld,\"warmup_rounds\":%ld",
+                 M, rounds, warm);
+        snprintf(row->floor, sizeof row->floor, "M=1 (same run, in turns)");
+        burst_run(spool, s, M, warm, NULL, NULL, 0);
+        die_if_failed();
+        double a[REPEATS], f[REPEATS];
+        struct counts c0;
+        for (int i = 0; i < REPEATS; i++) {
+            counts_now(&c0);
+            a[i] = burst_run(spool, s, M, rounds, NULL, NULL, 0);
+            counts_add_since(&row->dc, &c0);
+            f[i] = burst_run(spool, s, 1, (long)rounds * M, NULL, NULL, 0);
+            die_if_failed();
+        }
+        struct hist *ha = hist_new(), *hr = hist_new(), *fa = hist_new(), *fr = hist_new();
+        counts_now(&c0);
+        burst_run(spool, s, M, rounds, ha, hr, 0);
+        counts_add_since(&row->dc, &c0);
+        burst_run(spool, s, 1, (long)rounds * M, fa, fr, 0);
+        die_if_failed();
+        row->ns = median3(a, REPEATS);
+        row->floor_ns = median3(f, REPEATS);
+        row->acq = lat_of(ha), row->rel = lat_of(hr);
+        row->facq = lat_of(fa), row->frel = lat_of(fr);
+        row->ops = (uint64_t)rounds * (uint64_t)M * (REPEATS + 1);
+        row->counted = 1;
+        free(ha), free(hr), free(fa), free(fr);
+    }
+    free(s);
+}
+
+/* Is there a class of this context with these stream flags and (clamped) priority? */
+static int stream_class_exists(unsigned int flags, int priority)
+{
+    size_t n = 0;
+    MCHECK(cupool_stats_get(NULL, 0, &n));
+    size_t cap = n + 16;
+    cupool_class_stats_t *st = calloc(cap, sizeof *st);
+    if (!st)
+        exit(1);
+    MCHECK(cupool_stats_get(st, cap, &n));
+    int found = 0;
+    for (size_t i = 0; i < n && i < cap; i++)
+        found |= st[i].kind == CUPOOL_KIND_STREAM && st[i].context_id == ctx_id &&
+                 st[i].flags == flags && st[i].priority == priority && st[i].context_alive;
+    free(st);
+    return found;
+}
+
+static void wl_burst_cold(void)
+{
+    int prio = prio_greatest; /* a class no earlier workload of the default order uses */
+    int existed = stream_class_exists(SFLAGS, prio);
+    cupool_stream_pool_t pool;
+    MCHECK(cupool_stream_pool_get(&pool, ctx, SFLAGS, prio));
+    CUstream *s = malloc(sizeof(CUstream) * 2048);
+    if (!s)
+        exit(1);
+    long warm_rounds = 10;
+    static const struct {
+        int M;
+        int warm;
+    } steps[4] = {{1024, 0}, {1024, 1}, {2048, 0}, {2048, 1}};
+    struct row *cold = NULL, *first = NULL;
+    for (int k = 0; k < 4; k++) {
+        int M = steps[k].M;
+        long rounds = steps[k].warm ? warm_rounds : 1;
+        struct row *row = row_new(W_BURST_COLD, "pair", "M=%d %s", M,
+                                  steps[k].warm ? "next 10 bursts" :
+                                  k ? "first, beyond idle" : "first, nothing idle");
+        snprintf(row->params, sizeof row->params,
+                 "\"M\":%d,\"rounds\":%ld,\"gap_ms\":%d,\"priority\":%d,\"class_new\":%s", M,
+                 rounds, steps[k].warm ? 2 : 0, prio, existed ? "false" : "true");
+        struct hist *ha = hist_new(), *hr = hist_new();
+        struct counts c0;
+        counts_now(&c0);
+        burst_run(pool, s, M, rounds, ha, hr, steps[k].warm ? 2000000 : 0);
+        counts_add_since(&row->dc, &c0);
+        die_if_failed();
+        row->acq = lat_of(ha), row->rel = lat_of(hr);
+        row->ns = row->acq.mean + row->rel.mean;
+        row->ops = (uint64_t)rounds * (uint64_t)M;
+        row->counted = 1;
+        if (!first)
+            first = row;
+        if (!steps[k].warm)
+            cold = row;
+        else if (cold) {
+            snprintf(cold->floor, sizeof cold->floor, "the next 10 bursts of M=%d", M);
+            cold->floor_ns = row->ns;
+        }
+        free(ha), free(hr);
+        if (!steps[k].warm) { /* a pause, as a service between bursts */
+            struct timespec ts = {0, 2000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    snprintf(first->note, sizeof first->note, "ns/op: means of the timed single calls%s",
+             existed ? "; the class existed before this workload (trimmed at its start)" : "");
+    free(s);
+}
+
+/* ---- drop-in batches ---- */
+
+static void dropin_batch(int events, int driver, CUstream *s, CUevent *e, long rounds,
+                         struct hist *ha, struct hist *hr)
+{
+    for (long k = 0; k < rounds && !atomic_load(&aborted); k++) {
+        for (int i = 0; i < 1000; i++) {
+            uint64_t t = ha ? ticks() : 0;
+            CUresult r = events ? (driver ? d.cuEventCreate(&e[i], EFLAGS)
+                                          : cupool_cuEventCreate(&e[i], EFLAGS))
+                                : (driver ? d.cuStreamCreateWithPriority(&s[i], 0, 0)
+                                          : cupool_cuStreamCreate(&s[i], 0));
+            if (ha)
+                hist_add(ha, ticks() - t);
+            if (r != CUDA_SUCCESS) {
+                wl_fail(events ? "create (event)" : "create (stream)", r, NULL);
+                return;
+            }
+        }
+        for (int i = 0; i < 1000; i++) {
+            uint64_t t = hr ? ticks() : 0;
+            CUresult r = events ? (driver ? d.cuEventDestroy(e[i]) : cupool_cuEventDestroy(e[i]))
+                                : (driver ? d.cuStreamDestroy(s[i]) : cupool_cuStreamDestroy(s[i]));
+            if (hr)
+                hist_add(hr, ticks() - t);
+            if (r != CUDA_SUCCESS) {
+                wl_fail(events ? "destroy (event)" : "destroy (stream)", r, NULL);
+                return;
+            }
+        }
+    }
+}
+
+static void wl_dropin(void)
+{
+    long rounds = iters(100), drounds = iters(10);
+    CUstream *s = malloc(sizeof(CUstream) * 1000);
+    CUevent *e = malloc(sizeof(CUevent) * 1000);
+    if (!s || !e)
+        exit(1);
+    for (int ev = 0; ev < 2; ev++) {
+        struct row *row = row_new(W_DROPIN, "create+destroy", ev ? "events" : "streams");
+        snprintf(row->params, sizeof row->params,
+                 "\"batch\":1000,\"rounds\":%ld,\"warmup_rounds\":1,\"driver_rounds\":%ld,"
+                 "\"flags\":%u", rounds, drounds, ev ? EFLAGS : 0u);
+        snprintf(row->floor, sizeof row->floor, "the raw driver, the same batches (x%ld)",
+                 drounds);
+        struct hist *ha = hist_new(), *hr = hist_new(), *fa = hist_new(), *fr = hist_new();
+        dropin_batch(ev, 0, s, e, 1, NULL, NULL); /* warm-up round */
+        die_if_failed();
+        struct counts c0;
+        counts_now(&c0);
+        uint64_t t0 = mono_ns();
+        dropin_batch(ev, 0, s, e, rounds, NULL, NULL);
+        row->ns = (double)(mono_ns() - t0) / ((double)rounds * 1000);
+        die_if_failed();
+        dropin_batch(ev, 0, s, e, rounds, ha, hr);
+        counts_add_since(&row->dc, &c0);
+        die_if_failed();
+        t0 = mono_ns();
+        dropin_batch(ev, 1, s, e, drounds, NULL, NULL);
+        row->floor_ns = (double)(mono_ns() - t0) / ((double)drounds * 1000);
+        dropin_batch(ev, 1, s, e, drounds, fa, fr);
+        die_if_failed();
+        row->acq = lat_of(ha), row->rel = lat_of(hr);
+        row->facq = lat_of(fa), row->frel = lat_of(fr);
+        row->ops = (uint64_t)rounds * 2000;
+        row->counted = 1;
+        snprintf(row->note, sizeof row->note,
+                 "%.2f driver creates per 1000 wrapper creates (%.2f on request threads); "
+                 "ratio < 1: faster than the driver",
+                 per_1000(row->dc.creates, row->ops), per_1000(row->dc.req_creates, row->ops));
+        snprintf(row->extra, sizeof row->extra, "\"driver_creates_per_1000_wrapper_creates\":%.3f",
+                 per_1000(row->dc.creates, row->ops));
+        free(ha), free(hr), free(fa), free(fr);
+    }
+    free(s);
+    free(e);
+}
+
+/* ---- class clash ---- */
+
+static int clamp_prio(int p)
+{
+    /* priorities: least (numerically largest, usually 0) .. greatest (e.g. -5) */
+    return p > prio_least ? prio_least : p < prio_greatest ? prio_greatest : p;
+}
+
+static int distinct_classes(const struct key *k, int n)
+{
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = k[j].flags == k[i].flags && clamp_prio(k[j].priority) == clamp_prio(k[i].priority);
+        count += !seen;
+    }
+    return count;
+}
+
+static void wl_clash(void)
+{
+    long n = iters(1000000);
+    static const struct key one[1] = {{CU_STREAM_NON_BLOCKING, 0}};
+    static const struct key two[2] = {{CU_STREAM_NON_BLOCKING, 0}, {CU_STREAM_NON_BLOCKING, -4}};
+    struct key all[64], many[89];
+    int nall = 0;
+    for (int f = 0; f < 2; f++)
+        for (int p = prio_least; p >= prio_greatest && nall < 64; p--)
+            all[nall++] = (struct key){f ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT, p};
+    /* 89 keys: both flags, priorities spread around the device's range (clamped) */
+    for (int i = 0; i < 89; i++)
+        many[i] = (struct key){i % 2 ? CU_STREAM_NON_BLOCKING : CU_STREAM_DEFAULT,
+                               prio_least + 22 - i / 2};
+    struct row *base = row_new(W_CLASH, "pair", "1 key");
+    snprintf(base->params, sizeof base->params, "\"keys\":1,\"classes\":1,\"pairs\":%ld", n);
+    snprintf(base->floor, sizeof base->floor, "cuCtxGetId(NULL) + cuStreamIsCapturing + pop/push");
+    pairs_vs_floor(base, OP_CUPOOL_KEYS, one, 1, OP_FLOOR_NULL, NULL, 0, 1, n);
+    const struct {
+        const struct key *k;
+        int n;
+        const char *what;
+    } sets[3] = {{two, 2, "2 keys (priority 0, -4)"}, {all, nall, "every class"},
+                 {many, 89, "89 keys"}};
+    for (int i = 0; i < 3; i++) {
+        int classes = distinct_classes(sets[i].k, sets[i].n);
+        struct row *row = row_new(W_CLASH, "pair", "%s", sets[i].what);
+        if (i)
+            snprintf(row->name, sizeof row->name, "%d keys, %d classes", sets[i].n, classes);
+        snprintf(row->params, sizeof row->params,
+                 "\"keys\":%d,\"classes\":%d,\"pairs\":%ld,\"priority_range\":[%d,%d]",
+                 sets[i].n, classes, n, prio_least, prio_greatest);
+        snprintf(row->floor, sizeof row->floor, "1 key (in turns)");
+        pairs_vs_floor(row, OP_CUPOOL_KEYS, sets[i].k, sets[i].n, OP_CUPOOL_KEYS, one, 1, 1, n);
+        if (i == 2)
+            snprintf(row->note, sizeof row->note,
+                     "stream classes are (flags, clamped priority): 2 flags x %d priorities "
+                     "[%d, %d] give at most %d per context",
+                     prio_least - prio_greatest + 1, prio_greatest, prio_least, nall);
+    }
+}
+
+/* ---- explicit pools ---- */
+
+static void wl_explicit(void)
+{
+    static const struct {
+        const char *name;
+        enum op op, fop;
+        const char *floor;
+    } v[4] = {
+        {"pool", OP_POOL, OP_FLOOR_CTX, "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
+        {"current-context", OP_CUPOOL, OP_FLOOR_NULL,
+         "cuCtxGetId(NULL) + cuStreamIsCapturing + pop/push"},
+        {"pool-promised stream", OP_PROMISED, OP_FLOOR_LOCAL, "thread-local pop/push"},
+        {"pool-promised event", OP_EVENT_PROMISED, OP_FLOOR_LOCAL, "thread-local pop/push"},
+    };
+    static const int threads[2] = {1, 16};
+    for (int i = 0; i < 4; i++)
+        for (int t = 0; t < 2; t++) {
+            long n = iters(threads[t] == 1 ? 1000000 : 250000);
+            struct row *row = row_new(W_EXPLICIT, "pair", "%s, %d thread%s", v[i].name,
+                                      threads[t], threads[t] == 1 ? "" : "s");
+            snprintf(row->params, sizeof row->params,
+                     "\"method\":\"%s\",\"threads\":%d,\"pairs_per_thread\":%ld", v[i].name,
+                     threads[t], n);
+            snprintf(row->floor, sizeof row->floor, "%s", v[i].floor);
+            pairs_vs_floor(row, v[i].op, NULL, 0, v[i].fop, NULL, 0, threads[t], n);
+        }
+}
+
+/* ---- service mix ---- */
+
+#define MIX_THREADS 16
+#define MIX_RING 64
+
+static CUfunction k_add, k_set;
+static _Atomic long mix_done;
+static _Atomic int mix_stop;
+static pthread_barrier_t mix_b_warm, mix_b_go;
+
+struct mix_req {
+    pthread_t t;
+    int idx;
+    long warm, n;
+    struct ring *ring;
+    CUdeviceptr counter;
+    cupool_pipeline_t p;
+    struct hist *ha;
+};
+
+static int mix_request(struct mix_req *q, long i, int measured)
+{
+    CUstream s;
+    CUevent e0, e1;
+    CUresult r;
+    uint64_t t0 = ticks();
+    if ((r = cupool_stream_pool_acquire(spool, &s)) != CUDA_SUCCESS) {
+        wl_fail("cupool_stream_pool_acquire", r, NULL);
+        return 0;
+    }
+    uint64_t t1 = ticks();
+    if ((r = cupool_event_pool_acquire(epool, &e0)) != CUDA_SUCCESS) {
+        wl_fail("cupool_event_pool_acquire", r, NULL);
+        return 0;
+    }
+    uint64_t t2 = ticks();
+    if ((r = cupool_event_pool_acquire(epool, &e1)) != CUDA_SUCCESS) {
+        wl_fail("cupool_event_pool_acquire", r, NULL);
+        return 0;
+    }
+    uint64_t t3 = ticks();
+    if (measured) {
+        hist_add(q->ha, t1 - t0);
+        hist_add(q->ha, t2 - t1);
+        hist_add(q->ha, t3 - t2);
+    }
+    int sig = (int)((i + q->idx) % opt_signatures), nodes = 2;
+    while ((1 << nodes) < opt_signatures)
+        nodes++;
+    unsigned int v = (unsigned int)i;
+    void *args[] = {&q->counter, &v};
+    if ((r = d.cuEventRecord(e0, s)) != CUDA_SUCCESS) {
+        wl_fail("cuEventRecord", r, NULL);
+        return 0;
+    }
+    if ((r = cupool_pipeline_reset(q->p)) != CUDA_SUCCESS) {
+        wl_fail("cupool_pipeline_reset", r, NULL);
+        return 0;
+    }
+    for (int k = 0; k < nodes; k++) /* the signature: which node is a set, which an add */
+        if ((r = cupool_pipeline_kernel(q->p, (sig >> k) & 1 ? k_set : k_add, 1, 1, 1, 1, 1, 1,
+                                        0, args, NULL)) != CUDA_SUCCESS) {
+            wl_fail("cupool_pipeline_kernel", r, NULL);
+            return 0;
+        }
+    if ((r = cupool_pipeline_launch(q->p, s)) != CUDA_SUCCESS) {
+        wl_fail("cupool_pipeline_launch", r, NULL);
+        return 0;
+    }
+    if ((r = d.cuEventRecord(e1, s)) != CUDA_SUCCESS) {
+        wl_fail("cuEventRecord", r, NULL);
+        return 0;
+    }
+    struct item it = {s, e0, e1, (uintptr_t)measured};
+    return ring_push(q->ring, &it, "service-mix ring full");
+}
+
+static void *mix_req_thread(void *arg)
+{
+    struct mix_req *q = arg;
+    WCHECK(d.cuCtxSetCurrent(ctx));
+    WCHECK(cupool_pipeline_create(&q->p));
+    for (long i = 0; i < q->warm && !atomic_load(&aborted); i++)
+        if (!mix_request(q, i, 0))
+            break;
+out:
+    pthread_barrier_wait(&mix_b_warm);
+    pthread_barrier_wait(&mix_b_go);
+    for (long i = 0; i < q->n && q->p && !atomic_load(&aborted); i++)
+        if (!mix_request(q, q->warm + i, 1))
+            break;
+    return NULL;
+}
+
+struct mix_completion {
+    pthread_t t;
+    struct ring **rings;
+    struct hist *hr;
+};
+
+static void *mix_done_thread(void *arg)
+{
+    struct mix_completion *c = arg;
+    unsigned idle = 0;
+    uint64_t stuck_since = 0;
+    CUresult r0 = d.cuCtxSetCurrent(ctx);
+    if (r0 != CUDA_SUCCESS) {
+        wl_fail("cuCtxSetCurrent (completion thread)", r0, NULL);
+        return NULL;
+    }
+    while (!atomic_load_explicit(&mix_stop, memory_order_acquire) && !atomic_load(&aborted)) {
+        int progressed = 0, pending = 0;
+        for (int i = 0; i < MIX_THREADS; i++) {
+            struct item *it;
+            while ((it = ring_peek(c->rings[i]))) {
+                CUresult r = d.cuEventQuery((CUevent)it->c);
+                if (r == CUDA_ERROR_NOT_READY) {
+                    pending = 1;
+                    break;
+                }
+                if (r != CUDA_SUCCESS) {
+                    wl_fail("cuEventQuery", r, NULL);
+                    return NULL;
+                }
+                uint64_t t0 = ticks();
+                r = cupool_stream_pool_release(spool, (CUstream)it->a, 0);
+                uint64_t t1 = ticks();
+                CUresult r2 = cupool_event_pool_release(epool, (CUevent)it->b);
+                uint64_t t2 = ticks();
+                CUresult r3 = cupool_event_pool_release(epool, (CUevent)it->c);
+                uint64_t t3 = ticks();
+                if (r || r2 || r3) {
+                    wl_fail("release (completion thread)", r ? r : r2 ? r2 : r3, NULL);
+                    return NULL;
+                }
+                if (it->i) {
+                    hist_add(c->hr, t1 - t0);
+                    hist_add(c->hr, t2 - t1);
+                    hist_add(c->hr, t3 - t2);
+                }
+                ring_drop(c->rings[i]);
+                atomic_fetch_add_explicit(&mix_done, 1, memory_order_release);
+                progressed = 1;
+            }
+        }
+        if (progressed) {
+            idle = 0;
+            stuck_since = 0;
+            continue;
+        }
+        if (++idle % 64 == 0)
+            sched_yield();
+        else
+            cpu_relax();
+        if (pending && idle % 1024 == 0) {
+            uint64_t now = mono_ns();
+            if (!stuck_since)
+                stuck_since = now;
+            else if (now - stuck_since > 10000000000u) {
+                wl_fail("service-mix", CUDA_SUCCESS, ": no request completed for 10 s");
+                return NULL;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Wait (bounded) until `target` requests completed. */
+static void mix_wait_done(long target)
+{
+    struct waiter w = {0};
+    long last = -1;
+    while (atomic_load_explicit(&mix_done, memory_order_acquire) < target) {
+        long now = atomic_load_explicit(&mix_done, memory_order_relaxed);
+        if (now != last) {
+            last = now;
+            w.since = 0;
+        }
+        if (!waiter_spin(&w, "service-mix completion"))
+            return;
+    }
+}
+
+/* The floor: threads that pop and push a thread-local array until a deadline, every
+ * operation timed. */
+struct local_job {
+    pthread_t t;
+    uint64_t until; /* ticks */
+    struct hist *ha, *hr;
+    pthread_barrier_t *start;
+};
+
+static void *local_thread(void *arg)
+{
+    struct local_job *j = arg;
+    void *volatile stack[16];
+    volatile unsigned int count = 1;
+    stack[0] = j;
+    pthread_barrier_wait(j->start);
+    uint64_t until = j->until;
+    for (;;) {
+        for (int k = 0; k < 4096; k++) {
+            uint64_t t0 = ticks();
+            void *top = stack[--count];
+            uint64_t t1 = ticks();
+            stack[count++] = top;
+            uint64_t t2 = ticks();
+            hist_add(j->ha, t1 - t0);
+            hist_add(j->hr, t2 - t1);
+        }
+        if (ticks() >= until || atomic_load_explicit(&aborted, memory_order_relaxed))
+            break;
+    }
+    return NULL;
+}
+
+static void wl_mix(void)
+{
+    long warm = iters(2000), n = iters(20000);
+    CUmodule mod;
+    MCHECK(d.cuModuleLoadData(&mod, tu_kernels_ptx));
+    MCHECK(d.cuModuleGetFunction(&k_add, mod, "add_u32"));
+    MCHECK(d.cuModuleGetFunction(&k_set, mod, "set_u32"));
+    struct mix_req q[MIX_THREADS];
+    struct ring *rings[MIX_THREADS];
+    struct mix_completion c = {.rings = rings, .hr = hist_new()};
+    memset(q, 0, sizeof q);
+    atomic_store(&mix_done, 0);
+    atomic_store(&mix_stop, 0);
+    pthread_barrier_init(&mix_b_warm, NULL, MIX_THREADS + 1);
+    pthread_barrier_init(&mix_b_go, NULL, MIX_THREADS + 1);
+    for (int i = 0; i < MIX_THREADS; i++) {
+        q[i].idx = i;
+        q[i].warm = warm;
+        q[i].n = n;
+        q[i].ring = rings[i] = ring_new(MIX_RING);
+        q[i].ha = hist_new();
+        MCHECK(d.cuMemAlloc(&q[i].counter, 4));
+    }
+    spawn(&c.t, mix_done_thread, &c);
+    for (int i = 0; i < MIX_THREADS; i++)
+        spawn(&q[i].t, mix_req_thread, &q[i]);
+    pthread_barrier_wait(&mix_b_warm);
+    mix_wait_done((long)MIX_THREADS * warm);
+    struct counts c0;
+    counts_now(&c0);
+    cupool_graph_stats_t g0, g1;
+    MCHECK(cupool_graph_stats_get(&g0));
+    pthread_barrier_wait(&mix_b_go);
+    uint64_t t0 = mono_ns();
+    for (int i = 0; i < MIX_THREADS; i++)
+        pthread_join(q[i].t, NULL);
+    mix_wait_done((long)MIX_THREADS * (warm + n));
+    uint64_t t1 = mono_ns();
+    struct row *row = row_new(W_MIX, "acquire or release", "S=%d, %d request threads",
+                              opt_signatures, MIX_THREADS);
+    counts_add_since(&row->dc, &c0);
+    MCHECK(cupool_graph_stats_get(&g1));
+    atomic_store_explicit(&mix_stop, 1, memory_order_release);
+    pthread_join(c.t, NULL);
+    die_if_failed();
+
+    struct hist *ha = hist_new();
+    for (int i = 0; i < MIX_THREADS; i++) {
+        hist_merge(ha, q[i].ha);
+        free(q[i].ha);
+        free(q[i].ring);
+        MCHECK(cupool_pipeline_destroy(q[i].p));
+        MCHECK(d.cuMemFree(q[i].counter));
+    }
+    MCHECK(d.cuModuleUnload(mod));
+
+    /* the floor, for as long as the measured phase ran */
+    struct local_job lj[MIX_THREADS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, MIX_THREADS + 1);
+    struct hist *fa = hist_new(), *fr = hist_new();
+    uint64_t dur_ticks = (uint64_t)((double)(t1 - t0) / ns_per_tick);
+    for (int i = 0; i < MIX_THREADS; i++) {
+        lj[i] = (struct local_job){.ha = hist_new(), .hr = hist_new(), .start = &start};
+        spawn(&lj[i].t, local_thread, &lj[i]);
+    }
+    uint64_t until = ticks() + dur_ticks;
+    for (int i = 0; i < MIX_THREADS; i++)
+        lj[i].until = until;
+    pthread_barrier_wait(&start);
+    for (int i = 0; i < MIX_THREADS; i++) {
+        pthread_join(lj[i].t, NULL);
+        hist_merge(fa, lj[i].ha);
+        hist_merge(fr, lj[i].hr);
+        free(lj[i].ha);
+        free(lj[i].hr);
+    }
+    pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&mix_b_warm);
+    pthread_barrier_destroy(&mix_b_go);
+
+    row->acq = lat_of(ha), row->rel = lat_of(c.hr);
+    row->facq = lat_of(fa), row->frel = lat_of(fr);
+    row->ns = (double)(ha->sum + c.hr->sum) / (double)(ha->n + c.hr->n) * ns_per_tick;
+    row->floor_ns = (double)(fa->sum + fr->sum) / (double)(fa->n + fr->n) * ns_per_tick;
+    snprintf(row->floor, sizeof row->floor, "%d threads popping and pushing local arrays",
+             MIX_THREADS);
+    row->ops = (uint64_t)MIX_THREADS * (uint64_t)n * 3;
+    row->counted = 1;
+    double mx = row->acq.max > row->rel.max ? row->acq.max : row->rel.max;
+    double fmx = row->facq.max > row->frel.max ? row->facq.max : row->frel.max;
+    double secs = (double)(t1 - t0) / 1e9;
+    int nodes = 2;
+    while ((1 << nodes) < opt_signatures)
+        nodes++;
+    snprintf(row->params, sizeof row->params,
+             "\"signatures\":%d,\"kernels_per_request\":%d,\"request_threads\":%d,"
+             "\"completion_threads\":1,\"ring_slots_per_thread\":%d,\"warmup_requests\":%ld,"
+             "\"requests\":%ld",
+             opt_signatures, nodes, MIX_THREADS, MIX_RING, (long)MIX_THREADS * warm,
+             (long)MIX_THREADS * n);
+    snprintf(row->extra, sizeof row->extra,
+             "\"seconds\":%.3f,\"requests_per_s\":%.0f,\"max_ns\":%.1f,\"floor_max_ns\":%.1f,"
+             "\"max_ratio\":%.3f,\"instantiations\":%llu,\"graph_launches\":%llu,"
+             "\"graph_hits\":%llu",
+             secs, (double)MIX_THREADS * (double)n / secs, mx, fmx, fmx > 0 ? mx / fmx : 0,
+             (unsigned long long)(g1.instantiations - g0.instantiations),
+             (unsigned long long)(g1.launches - g0.launches),
+             (unsigned long long)(g1.hits - g0.hits));
+    char mxs[16], fmxs[16];
+    fmt_ns(mxs, sizeof mxs, mx);
+    fmt_ns(fmxs, sizeof fmxs, fmx);
+    snprintf(row->note, sizeof row->note,
+             "%.0f requests/s; max %s = %.2fx the floor's max (%s); %llu instantiations in "
+             "the measured phase",
+             (double)MIX_THREADS * (double)n / secs, mxs, fmx > 0 ? mx / fmx : 0, fmxs,
+             (unsigned long long)(g1.instantiations - g0.instantiations));
+    free(ha), free(c.hr), free(fa), free(fr);
+}
+
+/* ---- key figures: the ones the targets are stated in ---- */
+
+struct key_fig {
+    char what[96];
+    double value;
+    const char *unit; /* "x", "ns", "per 1000" */
+    double target;    /* value <= target meets it */
+};
+
+#define MAX_KEYS 32
+static struct key_fig keys_out[MAX_KEYS];
+static int nkeys_out;
+
+/* The row of workload wl named name (prefix: whose name begins with it). */
+static const struct row *find_row(int wl, const char *name, int prefix)
+{
+    for (int i = 0; i < nrows; i++)
+        if (rows[i].wl == wl && (prefix ? !strncmp(rows[i].name, name, strlen(name))
+                                        : !strcmp(rows[i].name, name)))
+            return &rows[i];
+    return NULL;
+}
+
+static void key_add(double value, const char *unit, double target, const char *fmt, ...)
+{
+    if (nkeys_out == MAX_KEYS)
+        return;
+    struct key_fig *k = &keys_out[nkeys_out++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(k->what, sizeof k->what, fmt, ap);
+    va_end(ap);
+    k->value = value;
+    k->unit = unit;
+    k->target = target;
+}
+
+static void key_figures(void)
+{
+    const struct row *r;
+    for (int v = 0; v < 3; v++)
+        if ((r = find_row(W_HANDOFF, ho_names[v], 0))) {
+            key_add(r->ns / r->floor_ns, "x", 2, "handoff %s / its floor", r->name);
+            key_add(per_1000(r->dc.req_creates + r->dc.req_destroys, r->ops), "per 1000", 0,
+                    "handoff %s: request-thread creates+destroys", r->name);
+        }
+    double worst = 0;
+    const struct row *wr = NULL;
+    for (int i = 0; i < nrows; i++)
+        if (rows[i].wl == W_BURST && rows[i].floor_ns > 0 && rows[i].ns / rows[i].floor_ns > worst)
+            worst = rows[i].ns / rows[i].floor_ns, wr = &rows[i];
+    if (wr)
+        key_add(worst, "x", 2, "burst: worst M (%s) / M=1", wr->name);
+    if ((r = find_row(W_BURST, "M=1024", 0)))
+        key_add(per_1000(r->dc.creates + r->dc.destroys, r->ops), "per 1000", 0,
+                "burst M=1024: driver creates+destroys");
+    if ((r = find_row(W_DROPIN, "streams", 0)))
+        key_add(per_1000(r->dc.creates, r->ops), "per 1000", 1,
+                "dropin-batch: driver creates per 1000 wrapper creates");
+    if ((r = find_row(W_CLASH, "2 keys", 1)))
+        key_add(r->ns / r->floor_ns, "x", 1.2, "class-clash: 2 keys / 1 key");
+    for (int i = 0; i < nrows; i++)
+        if (rows[i].wl == W_EXPLICIT && (!strncmp(rows[i].name, "pool,", 5) ||
+                                         !strncmp(rows[i].name, "current-context", 15)))
+            key_add(rows[i].ns / rows[i].floor_ns, "x", 1.15, "explicit %s / its floor",
+                    rows[i].name);
+        else if (rows[i].wl == W_EXPLICIT)
+            key_add(rows[i].ns / rows[i].floor_ns, "x", 3, "explicit %s / pop+push (aim)",
+                    rows[i].name);
+    if ((r = find_row(W_MIX, "", 1))) {
+        key_add(r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999, "ns", 1000,
+                "service-mix: p99.9 of single acquires and releases");
+        key_add(r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999, "ns", 5000,
+                "service-mix: p99.99 of single acquires and releases");
+        double mx = r->acq.max > r->rel.max ? r->acq.max : r->rel.max;
+        double fmx = r->facq.max > r->frel.max ? r->facq.max : r->frel.max;
+        key_add(fmx > 0 ? mx / fmx : 0, "x", 2, "service-mix: max / the floor's max");
+        key_add(per_1000(r->dc.req_creates + r->dc.req_destroys, r->ops), "per 1000", 0,
+                "service-mix: request-thread creates+destroys");
+    }
+}
+
+/* ---- the run ---- */
+
+#define GET(name, v)                                                            \
+    do {                                                                        \
+        CUresult r_ = cupool_driver_get_proc(#name, v, (void **)&d.name);       \
+        if (r_ != CUDA_SUCCESS) {                                               \
+            wl_fail("the driver's " #name, r_, NULL);                           \
+            die_if_failed();                                                    \
+        }                                                                       \
+    } while (0)
+
+int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, int driver_version,
+                           const char *date)
+{
+    ctx = context;
+    label = simulated ? " [simulated]" : "";
+    GET(cuCtxSetCurrent, 4000);
+    GET(cuCtxGetId, 12000);
+    GET(cuCtxGetStreamPriorityRange, 5050);
+    GET(cuStreamCreateWithPriority, 5050);
+    GET(cuStreamDestroy, 4000);
+    GET(cuStreamIsCapturing, 10000);
+    GET(cuEventCreate, 2000);
+    GET(cuEventDestroy, 4000);
+    GET(cuEventRecord, 2000);
+    GET(cuEventQuery, 2000);
+    GET(cuModuleLoadData, 2000);
+    GET(cuModuleUnload, 2000);
+    GET(cuModuleGetFunction, 2000);
+    GET(cuMemAlloc, 3020);
+    GET(cuMemFree, 3020);
+    MCHECK(d.cuCtxSetCurrent(ctx));
+    MCHECK(d.cuCtxGetId(ctx, &ctx_id));
+    MCHECK(d.cuCtxGetStreamPriorityRange(&prio_least, &prio_greatest));
+    MCHECK(cupool_stream_pool_get(&spool, ctx, SFLAGS, 0));
+    MCHECK(cupool_event_pool_get(&epool, ctx, EFLAGS));
+    /* the benchmark never resets or destroys ctx while it runs: the promise holds */
+    MCHECK(cupool_stream_pool_get(&promised_spool, ctx, SFLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES, 0));
+    MCHECK(cupool_event_pool_get(&promised_epool, ctx, EFLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES));
+    timer_init();
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!opt_json) {
+        printf("cupool-bench workloads, cupool %s, %s: %s, CUDA driver %d.%d, %ld CPUs%s%s\n",
+               cupool_version(), date, gpu, driver_version / 1000, driver_version % 1000 / 10,
+               cpus, label, opt_quick ? " (--quick: a tenth of the iterations)" : "");
+        printf("timer: %s, %.4f ns per tick; one reading costs %.1f ns (mean; p50 %.1f ns), and "
+               "every single-call figure includes one\n",
+               use_tsc ? "TSC (lfence; rdtsc; lfence), calibrated against CLOCK_MONOTONIC"
+                       : "clock_gettime(CLOCK_MONOTONIC)",
+               ns_per_tick, timer_cost_ns, timer_cost_p50_ns);
+        printf("creates/1k, destroys/1k: driver calls per 1000 acquires over the measured runs "
+               "(every class); (req): of them on request threads\n");
+        fflush(stdout);
+    }
+    int first_row[W_COUNT];
+    for (int i = 0; i < norder; i++) {
+        int w = order[i];
+        cur_wl = wl_names[w];
+        MCHECK(cupool_trim());
+        first_row[w] = nrows;
+        switch (w) {
+        case W_HANDOFF: wl_handoff(); break;
+        case W_BURST: wl_burst(); break;
+        case W_BURST_COLD: wl_burst_cold(); break;
+        case W_DROPIN: wl_dropin(); break;
+        case W_CLASH: wl_clash(); break;
+        case W_EXPLICIT: wl_explicit(); break;
+        default: wl_mix(); break;
+        }
+        die_if_failed();
+        if (!opt_json)
+            print_rows(w, first_row[w]);
+    }
+    key_figures();
+    uint64_t mono1 = mono_ns(), tick1 = ticks();
+    if (use_tsc)
+        tsc_drift = (double)(tick1 - run_tick0) * ns_per_tick / (double)(mono1 - run_mono0) - 1;
+    cupool_maintenance_stats_t m;
+    MCHECK(cupool_maintenance_stats_get(&m));
+    if (!opt_json) {
+        printf("\nmaintenance thread: %s, %llu rounds, %llu creates, %llu destroys; request "
+               "threads: %llu creates, %llu destroys (whole run)\n",
+               m.running ? "running" : "not running", (unsigned long long)m.wakeups,
+               (unsigned long long)m.background_creates,
+               (unsigned long long)m.background_destroys, (unsigned long long)m.request_creates,
+               (unsigned long long)m.request_destroys);
+        if (nkeys_out)
+            printf("\nkey figures%s (target in brackets):\n", label);
+        for (int i = 0; i < nkeys_out; i++) {
+            const struct key_fig *k = &keys_out[i];
+            char v[24], t[24];
+            if (k->unit[0] == 'n') {
+                fmt_ns(v, sizeof v, k->value);
+                fmt_ns(t, sizeof t, k->target);
+            } else if (k->unit[0] == 'x') {
+                snprintf(v, sizeof v, "%.2fx", k->value);
+                snprintf(t, sizeof t, "%gx", k->target);
+            } else {
+                snprintf(v, sizeof v, k->value > 0 && k->value < 0.01 ? "%.1e/1k" : "%.2f/1k",
+                         k->value);
+                snprintf(t, sizeof t, "%g/1k", k->target);
+            }
+            printf("  %-64s %10s  [<= %s] %s\n", k->what, v, t,
+                   k->value <= k->target ? "met" : "NOT MET");
+        }
+        if (use_tsc && (tsc_drift > 0.002 || tsc_drift < -0.002))
+            printf("note: the TSC drifted %.2f%% against CLOCK_MONOTONIC over the run\n",
+                   100 * tsc_drift);
+        return 0;
+    }
+    printf("{\"date\":\"%s\",\"gpu\":", date);
+    json_str(gpu);
+    printf(",\"cuda_driver_version\":%d,\"simulated\":%s,\"cpus\":%ld,\"cupool_version\":\"%s\","
+           "\"quick\":%s,\n\"timer\":{\"source\":\"%s\",\"ns_per_tick\":%.6f,\"cost_ns\":%.2f,"
+           "\"cost_p50_ns\":%.2f,\"drift\":%.6f},\n\"environment\":{",
+           driver_version, simulated ? "true" : "false", cpus, cupool_version(),
+           opt_quick ? "true" : "false", use_tsc ? "tsc" : "clock_gettime", ns_per_tick,
+           timer_cost_ns, timer_cost_p50_ns, tsc_drift);
+    int firstenv = 1;
+    for (char **e = environ; *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "CUPOOL_", 7) || !eq || !strncmp(*e, "CUPOOL_DRIVER_PATH=", 19))
+            continue;
+        printf("%s\"%.*s\":", firstenv ? "" : ",", (int)(eq - *e), *e);
+        json_str(eq + 1);
+        firstenv = 0;
+    }
+    printf("},\n\"maintenance\":{\"running\":%s,\"wakeups\":%llu,\"background_creates\":%llu,"
+           "\"background_destroys\":%llu,\"request_creates\":%llu,\"request_destroys\":%llu},\n"
+           "\"workloads\":[",
+           m.running ? "true" : "false", (unsigned long long)m.wakeups,
+           (unsigned long long)m.background_creates, (unsigned long long)m.background_destroys,
+           (unsigned long long)m.request_creates, (unsigned long long)m.request_destroys);
+    for (int i = 0; i < norder; i++) {
+        int w = order[i];
+        printf("%s\n{\"workload\":\"%s\",\"description\":", i ? "," : "", wl_names[w]);
+        json_str(wl_what[w]);
+        printf(",\"rows\":[");
+        int firstr = 1;
+        for (int k = 0; k < nrows; k++) {
+            if (rows[k].wl != w)
+                continue;
+            printf("%s\n", firstr ? "" : ",");
+            json_row(&rows[k]);
+            firstr = 0;
+        }
+        printf("]}");
+    }
+    printf("\n],\n\"key_figures\":[");
+    for (int i = 0; i < nkeys_out; i++) {
+        const struct key_fig *k = &keys_out[i];
+        printf("%s\n{\"figure\":", i ? "," : "");
+        json_str(k->what);
+        printf(",\"value\":");
+        json_num(k->value);
+        printf(",\"unit\":\"%s\",\"target_max\":%g,\"met\":%s}", k->unit, k->target,
+               k->value <= k->target ? "true" : "false");
+    }
+    printf("\n]}\n");
+    return 0;
+}

@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Idle capacity that follows demand, and the maintenance thread that does the pools' driver
+ * work: decay (on a clock the test moves), the hard caps drained off the releasing thread,
+ * refills ahead of demand after warm-up, steady states with no create or destroy (hand-off
+ * between threads, repeated bursts, the drop-in batch pattern), fork, the inline fallback and
+ * driver faults on the maintenance thread. Runs on the simulated driver and on the real one;
+ * driver calls per thread are counted where the simulation can count them.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "maint.h" /* cupool__decay_clock, cupool__maint_flush: the test drives the clock */
+#include "pool.h"
+
+#define FLUSH_NS (10ull * 1000000000ull)
+
+static _Atomic uint64_t fake_now = 1000000000ull;
+static uint64_t fake_clock(void)
+{
+    return atomic_load(&fake_now);
+}
+
+/* CUPOOL_DECAY_MS=1000 (a tick each 250 ms of the test's clock), the test's clock, setup. */
+static uint64_t period;
+static void setup_decay(const char *decay_ms)
+{
+    setenv("CUPOOL_DECAY_MS", decay_ms, 1);
+    cupool__decay_clock = fake_clock;
+    tu_setup();
+    period = cupool__decay_period_ns();
+}
+
+/* One decay tick: the clock moves a period on, the maintenance thread runs a whole round. */
+static void tick(void)
+{
+    atomic_fetch_add(&fake_now, period);
+    ck_assert_msg(cupool__maint_flush(FLUSH_NS), "the maintenance thread did not run a round");
+}
+
+static cupool_maintenance_stats_t mstats(void)
+{
+    cupool_maintenance_stats_t m;
+    TU_OK(cupool_maintenance_stats_get(&m));
+    return m;
+}
+
+/* Creates and destroys made by the calling thread (simulation only; 0 on the real driver). */
+static unsigned long here_calls(void)
+{
+    if (!tu_fake.present)
+        return 0;
+    return tu_fake.calls_here("cuStreamCreate") + tu_fake.calls_here("cuStreamCreateWithPriority") +
+           tu_fake.calls_here("cuStreamDestroy") + tu_fake.calls_here("cuStreamDestroy_v2") +
+           tu_fake.calls_here("cuEventCreate") + tu_fake.calls_here("cuEventDestroy") +
+           tu_fake.calls_here("cuEventDestroy_v2");
+}
+
+static void churn(int n)
+{
+    CUstream s[1024];
+    ck_assert_int_le(n, 1024);
+    for (int i = 0; i < n; i++)
+        TU_OK(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0));
+    for (int i = 0; i < n; i++)
+        TU_OK(cupool_stream_release(s[i]));
+}
+
+START_TEST(decay_destroys_unused_idle_handles_off_request_threads)
+{
+    setup_decay("1000");
+    churn(96); /* 32 stay in this thread's magazines, 64 go to the depot */
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.idle, 96);
+    ck_assert_uint_eq(st.destroys, 0);
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    /* four ticks: the first interval saw the depot empty, so nothing has been idle for all of
+     * one decay time yet */
+    for (int i = 0; i < 4; i++)
+        tick();
+    ck_assert_uint_eq(tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).destroys, 0);
+    unsigned long mine = here_calls();
+    tick(); /* the depot held 64 through four whole intervals */
+    st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.destroys, 64);
+    ck_assert_uint_eq(st.idle, 32);
+    cupool_maintenance_stats_t m = mstats();
+    ck_assert_uint_eq(m.request_destroys, 0);
+    ck_assert_uint_ge(m.background_destroys, 64);
+    ck_assert_uint_eq(here_calls(), mine);
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_streams(), 32);
+}
+END_TEST
+
+START_TEST(demand_keeps_its_handles)
+{
+    setup_decay("1000");
+    /* 256 in use at once every interval: the depot is drawn down to nothing each time, so
+     * nothing decays however many ticks pass */
+    for (int i = 0; i < 12; i++) {
+        churn(256);
+        tick();
+    }
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.creates, 256);
+    ck_assert_uint_eq(st.destroys, 0);
+    /* demand stops: the excess goes after one decay time */
+    for (int i = 0; i < 5; i++)
+        tick();
+    st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.destroys, 256 - 32);
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+}
+END_TEST
+
+START_TEST(repeated_bursts_reach_a_steady_state)
+{
+    tu_setup();
+    churn(1024); /* warm-up: the burst's handles are created once */
+    cupool_class_stats_t st0 = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    unsigned long mine = here_calls();
+    for (int i = 0; i < 20; i++)
+        churn(1024);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.creates, st0.creates);
+    ck_assert_uint_eq(st.destroys, st0.destroys);
+    ck_assert_uint_eq(here_calls(), mine);
+}
+END_TEST
+
+/* ---- hand-off: acquired on one thread, released on another ---- */
+
+#define RING 1024
+static struct {
+    CUstream slot[RING];
+    _Atomic unsigned long head, tail; /* written by the producer / the consumer */
+    long total;
+    unsigned long consumer_calls;
+    CUresult err;
+} ring;
+
+static void *consumer(void *arg)
+{
+    (void)arg;
+    for (long n = 0; n < ring.total; n++) {
+        unsigned long t = atomic_load_explicit(&ring.tail, memory_order_relaxed);
+        while (atomic_load_explicit(&ring.head, memory_order_acquire) == t)
+            sched_yield();
+        CUresult r = cupool_stream_release(ring.slot[t % RING]);
+        if (r != CUDA_SUCCESS)
+            ring.err = r;
+        atomic_store_explicit(&ring.tail, t + 1, memory_order_release);
+    }
+    ring.consumer_calls = here_calls();
+    return NULL;
+}
+
+static void handoff(long total)
+{
+    ring.total = total;
+    atomic_store(&ring.head, 0);
+    atomic_store(&ring.tail, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, consumer, NULL), 0);
+    for (long n = 0; n < total; n++) {
+        unsigned long h = atomic_load_explicit(&ring.head, memory_order_relaxed);
+        while (h - atomic_load_explicit(&ring.tail, memory_order_acquire) >= RING)
+            sched_yield();
+        TU_OK(cupool_stream_acquire(&ring.slot[h % RING], CU_STREAM_NON_BLOCKING, 0));
+        atomic_store_explicit(&ring.head, h + 1, memory_order_release);
+    }
+    pthread_join(t, NULL);
+    TU_OK(ring.err);
+}
+
+START_TEST(handoff_reaches_a_steady_state)
+{
+    tu_setup();
+    /* The acquiring thread misses only when every stream is in flight (at most RING) or in
+     * the releasing thread's two magazines (at most 2 x 16): so the class never holds more
+     * than RING + 32 + 1 streams, however long the hand-off runs, and nothing is destroyed. */
+    const uint64_t bound = RING + 2 * 16 + 1;
+    handoff(8 * RING);
+    cupool_class_stats_t st0 = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_le(st0.creates, bound);
+    handoff(64 * RING);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_le(st.creates, bound);
+    ck_assert_uint_eq(st.destroys, 0);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_uint_eq(ring.consumer_calls, 0); /* the releasing thread never calls the driver */
+    printf("hand-off: %llu streams serve %d in flight over %ld hand-offs (bound %llu)\n",
+           (unsigned long long)st.creates, RING, 72L * RING, (unsigned long long)bound);
+}
+END_TEST
+
+START_TEST(dropin_batches_reach_a_steady_state)
+{
+    tu_setup();
+    enum { N = 1000 };
+    static CUstream s[N];
+    uint64_t creates0 = 0;
+    for (int round = 0; round < 12; round++) {
+        if (round == 2)
+            creates0 = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_DEFAULT).creates;
+        for (int i = 0; i < N; i++)
+            TU_OK(cupool_cuStreamCreate(&s[i], CU_STREAM_DEFAULT));
+        for (int i = 0; i < N; i++)
+            TU_OK(cupool_cuStreamDestroy(s[i]));
+    }
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_DEFAULT);
+    ck_assert_uint_eq(st.creates, creates0); /* rounds 2..11: 10,000 creates, no driver's */
+    ck_assert_uint_le(st.creates, N);
+}
+END_TEST
+
+START_TEST(over_cap_backlog_is_destroyed_by_the_maintenance_thread)
+{
+    setenv("CUPOOL_STREAM_IDLE_MAX", "64", 1);
+    tu_setup();
+    unsigned long mine = here_calls();
+    churn(512);
+    unsigned long created = here_calls() - mine; /* the 512 creates */
+    ck_assert_uint_eq(mstats().request_destroys, 0); /* the releases destroyed nothing */
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    /* the depot's cap, plus this thread's two magazines; the rest went */
+    ck_assert_uint_le(st.idle, 64 + 32);
+    ck_assert_uint_eq(st.destroys, 512 - st.idle);
+    cupool_maintenance_stats_t m = mstats();
+    ck_assert_uint_eq(m.request_destroys, 0);
+    ck_assert_uint_ge(m.background_destroys, st.destroys);
+    ck_assert_uint_eq(here_calls() - mine, created);
+}
+END_TEST
+
+START_TEST(growth_after_warm_up_is_created_ahead)
+{
+    setup_decay("1000");
+    churn(16);
+    tick(); /* the class is past its warm-up */
+    /* demand grows: the misses ask for a reserve, the maintenance thread creates it */
+    churn(64);
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    cupool_maintenance_stats_t m = mstats();
+    ck_assert_uint_ge(m.background_creates, 16);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.creates, m.background_creates + m.request_creates);
+    /* the next growth of that size is served from the reserve */
+    unsigned long mine = here_calls();
+    uint64_t req = m.request_creates;
+    churn((int)(64 + m.background_creates > 1024 ? 1024 : 64 + m.background_creates / 2));
+    ck_assert_uint_eq(mstats().request_creates, req);
+    ck_assert_uint_eq(here_calls(), mine);
+}
+END_TEST
+
+START_TEST(no_thread_without_background)
+{
+    setenv("CUPOOL_BACKGROUND", "0", 1);
+    setenv("CUPOOL_STREAM_IDLE_MAX", "16", 1);
+    tu_setup();
+    churn(256);
+    cupool_maintenance_stats_t m = mstats();
+    ck_assert_int_eq(m.running, 0);
+    ck_assert_uint_eq(m.background_destroys, 0);
+    ck_assert_uint_gt(m.request_destroys, 0); /* the inline fallback */
+    ck_assert(!cupool__maint_flush(FLUSH_NS));
+    char name[64];
+    DIR *d = opendir("/proc/self/task");
+    ck_assert_ptr_nonnull(d);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char path[300];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(name, sizeof name, f) && strncmp(name, "cupool-maint", 12) == 0)
+            found++;
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    ck_assert_int_eq(found, 0);
+}
+END_TEST
+
+START_TEST(forked_child_has_no_maintenance_thread)
+{
+    setup_decay("1000");
+    churn(64);
+    ck_assert(mstats().running);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        cupool_maintenance_stats_t m;
+        int bad = cupool_maintenance_stats_get(&m) != CUDA_SUCCESS || m.running;
+        CUstream s;
+        bad |= cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0) != CUDA_ERROR_NOT_PERMITTED;
+        bad |= cupool__maint_flush(FLUSH_NS); /* nothing to kick */
+        _exit(bad);
+    }
+    int st = 0;
+    ck_assert(waitpid(pid, &st, 0) == pid);
+    ck_assert(WIFEXITED(st));
+    ck_assert_int_eq(WEXITSTATUS(st), 0);
+    /* the parent's thread carries on */
+    tick();
+    ck_assert(mstats().running);
+}
+END_TEST
+
+START_TEST(failed_destroys_on_the_maintenance_thread_are_retried)
+{
+    if (!tu_fake.present)
+        return;
+    setup_decay("1000");
+    churn(96);
+    for (int i = 0; i < 4; i++)
+        tick();
+    /* the decay's destroys fail once each, for a while: the handles stay pooled */
+    tu_fake.fault("cuStreamDestroy_v2", 0, 8, CUDA_ERROR_UNKNOWN);
+    tu_fake.fault("cuStreamDestroy", 0, 8, CUDA_ERROR_UNKNOWN);
+    tick();
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_int_eq(tu_fake.live_streams(), (int)(st.idle + st.in_use));
+    tu_fake.fault_clear();
+    for (int i = 0; i < 6; i++)
+        tick();
+    st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.idle, 32);
+    ck_assert_int_eq(tu_fake.live_streams(), 32);
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("maint");
+    TCase *tc = tcase_create("maint");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, decay_destroys_unused_idle_handles_off_request_threads);
+    tcase_add_test(tc, demand_keeps_its_handles);
+    tcase_add_test(tc, repeated_bursts_reach_a_steady_state);
+    tcase_add_test(tc, handoff_reaches_a_steady_state);
+    tcase_add_test(tc, dropin_batches_reach_a_steady_state);
+    tcase_add_test(tc, over_cap_backlog_is_destroyed_by_the_maintenance_thread);
+    tcase_add_test(tc, growth_after_warm_up_is_created_ahead);
+    tcase_add_test(tc, no_thread_without_background);
+    tcase_add_test(tc, forked_child_has_no_maintenance_thread);
+    tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
