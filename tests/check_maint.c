@@ -128,9 +128,23 @@ START_TEST(repeated_bursts_reach_a_steady_state)
     tu_setup();
     churn(1024); /* warm-up: the burst's handles are created once */
     cupool_class_stats_t st0 = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    printf("warm-up: creates %llu misses-or-prewarm, dropped %llu, destroys %llu\n",
+           (unsigned long long)st0.creates, (unsigned long long)st0.dropped,
+           (unsigned long long)st0.destroys);
     unsigned long mine = here_calls();
-    for (int i = 0; i < 20; i++)
+    for (int i = 0; i < 20; i++) {
         churn(1024);
+        cupool_class_stats_t s1 = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+        cupool_maintenance_stats_t m = mstats();
+        if (s1.creates != st0.creates || i == 0)
+            printf("burst %d: creates %llu destroys %llu dropped %llu idle %llu in use %llu; "
+                   "background %llu/%llu, request %llu/%llu\n",
+                   i, (unsigned long long)s1.creates, (unsigned long long)s1.destroys,
+                   (unsigned long long)s1.dropped, (unsigned long long)s1.idle,
+                   (unsigned long long)s1.in_use, (unsigned long long)m.background_creates,
+                   (unsigned long long)m.background_destroys,
+                   (unsigned long long)m.request_creates, (unsigned long long)m.request_destroys);
+    }
     cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
     ck_assert_uint_eq(st.creates, st0.creates);
     ck_assert_uint_eq(st.destroys, st0.destroys);
