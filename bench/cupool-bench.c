@@ -48,6 +48,7 @@
 
 enum kind { STREAMS, EVENTS, CALLS };
 int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label);
+int cupool_bench_graphs_json(CUcontext ctx, int iters, FILE *out);
 int cupool_bench_workloads_parse(int argc, char **argv, int *json);
 int cupool_bench_workloads(CUcontext ctx, int simulated, const char *gpu, int driver_version,
                            const char *date);
@@ -472,10 +473,6 @@ int main(int argc, char **argv)
     }
     if (!kinds[STREAMS] && !kinds[EVENTS] && !kinds[CALLS] && !graphs)
         kinds[STREAMS] = kinds[EVENTS] = kinds[CALLS] = 1;
-    if (graphs && json) {
-        fprintf(stderr, "cupool-bench: graphs has no --json output yet\n");
-        return 2;
-    }
     if (timeline && !graphs) {
         fprintf(stderr, "cupool-bench: --timeline is for graphs\n");
         return 2;
@@ -579,8 +576,18 @@ int main(int argc, char **argv)
         }
     }
 #undef SKIP
-    if (json)
-        printf("]}\n");
+    if (json) {
+        printf("]");
+        if (graphs) {
+            printf(",\"graphs\":");
+            fflush(stdout);
+            int rc = cupool_bench_graphs_json(ctx, graph_iters, stdout);
+            printf("}\n");
+            return rc;
+        }
+        printf("}\n");
+        return 0;
+    }
     if (graphs)
         return cupool_bench_graphs(ctx, graph_iters, timeline, label);
     return 0;

@@ -16,8 +16,23 @@
  * launches the host ends up waiting for the GPU, which hides the cost being measured);
  * "end to end" is launch plus synchronisation. Figures are medians of per-launch times; the
  * ways take turns launch by launch (each on its own stream), so drift affects them alike.
+ * Then the graph cache's alternations, each beside its hand-built floor in the same run (the
+ * two take turns in blocks of at least 32 launches; host time per launch, each followed by an
+ * untimed synchronisation), with the ratio:
+ *   signatures   S = 1, 2, 4, 8, 16, 64 pipelines of 8 kernels, each of its own structure
+ *                (which nodes add and which set), launched in turn on one stream, against
+ *                the same S graphs instantiated by hand and their execs launched in turn
+ *   streams      one pipeline of 10 kernels launched on K = 1, 2, 4, 8, 12 streams in turn,
+ *                against K execs of the same graph, each launched on its own stream
+ *   describe     cupool_pipeline_reset + one cupool_pipeline_kernel per node (the per-request
+ *                description, unchanged), against a hand-written fill of the same node arrays
+ *                (CUDA_KERNEL_NODE_PARAMS, kernelParams, the argument values copied), N = 1,
+ *                10, 50; and describe+hit minus hit, per node, from the first table
+ * The share of launches claimed without the cache lock is printed beside each.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
+ * With a FILE for JSON (cupool_bench_graphs_json), the same figures go there as one JSON
+ * object instead of the tables.
  */
 #define _GNU_SOURCE
 #include <cupool.h>
@@ -48,9 +63,10 @@ static struct {
     CUresult (*cuGraphExecDestroy)(CUgraphExec);
     CUresult (*cuGraphDestroy)(CUgraph);
     CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuStreamDestroy)(CUstream);
 } g;
 
-static CUfunction add_u32, spin;
+static CUfunction add_u32, set_u32, spin;
 static CUdeviceptr counter;
 static CUcontext bench_ctx;
 
@@ -111,6 +127,7 @@ struct way_run {
 
 static unsigned one = 1;
 static void *one_args[] = {&counter, &one};
+static CUstream g_sync_stream; /* the describe figures' one launch */
 
 static void way_setup(struct way_run *r, enum way w, int n, int iters)
 {
@@ -246,6 +263,257 @@ static void time_ways(int n, int iters, double *host, double *e2e, double *strea
     for (int it = -3; it < miss_iters; it++)
         way_step(&r[W_MISS], it);
     way_finish(&r[W_MISS], miss_iters, &host[W_MISS], &e2e[W_MISS]);
+}
+
+/* ---- alternations: S signatures on one stream, one signature on K streams ---- */
+
+#define ALT_NODES 8    /* kernels per signature of the S alternation */
+#define STREAM_NODES 10 /* kernels of the K-stream signature */
+#define MAX_ALT 64
+
+/* Node i of signature k: set_u32 where bit i of k is set, add_u32 elsewhere (distinct
+ * structures for k < 256; the arguments are the same). */
+static CUfunction alt_fn(int k, int i)
+{
+    return (k >> i) & 1 ? set_u32 : add_u32;
+}
+
+static void alt_describe(cupool_pipeline_t p, int k, int n)
+{
+    check("reset", cupool_pipeline_reset(p));
+    for (int i = 0; i < n; i++)
+        check("kernel",
+              cupool_pipeline_kernel(p, alt_fn(k, i), 1, 1, 1, 1, 1, 1, 0, one_args, NULL));
+}
+
+/* The same structure built by hand and instantiated. */
+static CUgraphExec alt_exec(int k, int n, CUgraph *graph)
+{
+    CUgraphNode nodes[64];
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = one_args;
+    check("cuGraphCreate", g.cuGraphCreate(graph, 0));
+    for (int i = 0; i < n; i++) {
+        kp.func = alt_fn(k, i);
+        check("cuGraphAddKernelNode",
+              g.cuGraphAddKernelNode(&nodes[i], *graph, i ? &nodes[i - 1] : NULL, i ? 1 : 0, &kp));
+    }
+    CUgraphExec exec;
+    check("instantiate", g.cuGraphInstantiateWithFlags(&exec, *graph, 0));
+    return exec;
+}
+
+/* One timed launch, then an untimed synchronisation: host ns. */
+static double timed_launch(cupool_pipeline_t p, CUgraphExec exec, CUstream s)
+{
+    double t0 = now_ns();
+    if (p)
+        check("cupool_pipeline_launch", cupool_pipeline_launch(p, s));
+    else
+        check("cuGraphLaunch", g.cuGraphLaunch(exec, s));
+    double t1 = now_ns();
+    check("sync", g.cuStreamSynchronize(s));
+    return t1 - t0;
+}
+
+struct alt_result {
+    int count;              /* S or K */
+    double cupool, floor;   /* host ns per launch, medians */
+    double lock_free;       /* share of cupool's launches claimed without the cache lock */
+};
+
+/* `ways` launch slots taken in turn: slot j launches p[j % np] (cupool) on s[j % ns], or
+ * exec[j % nx] by hand on s[j % ns]. cupool and the floor alternate in blocks of at least 32
+ * launches (whole turns), `samples` launches each at least, after a warm-up turn of each. */
+static void alternate(cupool_pipeline_t *p, int np, CUgraphExec *exec, int nx, CUstream *s,
+                      int ns, int ways, int samples, struct alt_result *out)
+{
+    int block = ways * ((32 + ways - 1) / ways);
+    int total = block * ((samples + block - 1) / block);
+    double *c = malloc(sizeof(double) * (size_t)total), *h = malloc(sizeof(double) * (size_t)total);
+    for (int j = 0; j < 2 * ways; j++) { /* warm: every exec instantiated, every hint taken */
+        timed_launch(p[j % np], NULL, s[j % ns]);
+        timed_launch(NULL, exec[j % nx], s[j % ns]);
+    }
+    cupool_graph_stats_t a, b;
+    uint64_t locked = 0, free_ = 0;
+    for (int done = 0; done < total; done += block) {
+        check("stats", cupool_graph_stats_get(&a));
+        for (int j = 0; j < block; j++)
+            c[done + j] = timed_launch(p[j % np], NULL, s[j % ns]);
+        check("stats", cupool_graph_stats_get(&b));
+        locked += b.claims_locked - a.claims_locked;
+        free_ += b.claims_lock_free - a.claims_lock_free;
+        for (int j = 0; j < block; j++)
+            h[done + j] = timed_launch(NULL, exec[j % nx], s[j % ns]);
+    }
+    out->cupool = median(c, total);
+    out->floor = median(h, total);
+    out->lock_free = locked + free_ ? (double)free_ / (double)(locked + free_) : 0;
+    free(c);
+    free(h);
+}
+
+/* S pipelines of ALT_NODES kernels, each of its own structure, in turn on one stream. */
+static void alt_signatures(int S, int samples, struct alt_result *out)
+{
+    cupool_pipeline_t p[MAX_ALT];
+    CUgraph graph[MAX_ALT];
+    CUgraphExec exec[MAX_ALT];
+    CUstream s;
+    check("cupool_trim", cupool_trim()); /* no exec of an earlier figure's streams */
+    check("stream", g.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int k = 0; k < S; k++) {
+        check("pipeline", cupool_pipeline_create(&p[k]));
+        alt_describe(p[k], k, ALT_NODES);
+        exec[k] = alt_exec(k, ALT_NODES, &graph[k]);
+    }
+    out->count = S;
+    alternate(p, S, exec, S, &s, 1, S, samples, out);
+    for (int k = 0; k < S; k++) {
+        cupool_pipeline_destroy(p[k]);
+        g.cuGraphExecDestroy(exec[k]);
+        g.cuGraphDestroy(graph[k]);
+    }
+    check("sync", g.cuStreamSynchronize(s));
+    g.cuStreamDestroy(s);
+}
+
+/* One pipeline of STREAM_NODES kernels on K streams in turn, against K execs of one graph,
+ * exec k on stream k. */
+static void alt_streams(int K, int samples, struct alt_result *out)
+{
+    cupool_pipeline_t p;
+    CUgraph graph;
+    CUgraphExec exec[MAX_ALT];
+    CUstream s[MAX_ALT];
+    check("cupool_trim", cupool_trim()); /* no exec of an earlier figure's streams */
+    check("pipeline", cupool_pipeline_create(&p));
+    describe(p, STREAM_NODES, 1);
+    exec[0] = alt_exec(0, STREAM_NODES, &graph); /* add_u32 only: the pipeline's structure */
+    for (int k = 1; k < K; k++)
+        check("instantiate", g.cuGraphInstantiateWithFlags(&exec[k], graph, 0));
+    for (int k = 0; k < K; k++)
+        check("stream", g.cuStreamCreate(&s[k], CU_STREAM_NON_BLOCKING));
+    out->count = K;
+    alternate(&p, 1, exec, K, s, K, K, samples, out);
+    cupool_pipeline_destroy(p);
+    for (int k = 0; k < K; k++) {
+        g.cuGraphExecDestroy(exec[k]);
+        check("sync", g.cuStreamSynchronize(s[k]));
+        g.cuStreamDestroy(s[k]);
+    }
+    g.cuGraphDestroy(graph);
+}
+
+/* ---- describing per request: cupool's description against a hand-written fill ---- */
+
+/* What a hand-written program fills per request for the same nodes: each kernel's
+ * parameters, its kernelParams array, and the argument values copied (as cuLaunchKernel and
+ * cupool_pipeline_kernel copy them). */
+static struct {
+    CUDA_KERNEL_NODE_PARAMS kp[64];
+    void *argv[64][2];
+    struct {
+        CUdeviceptr p;
+        unsigned v;
+    } val[64];
+} hand;
+
+static void hand_fill(int n, unsigned base)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned v = base + (unsigned)i;
+        hand.val[i].p = counter;
+        hand.val[i].v = v;
+        hand.argv[i][0] = &hand.val[i].p;
+        hand.argv[i][1] = &hand.val[i].v;
+        CUDA_KERNEL_NODE_PARAMS *kp = &hand.kp[i];
+        memset(kp, 0, sizeof(*kp));
+        kp->func = add_u32;
+        kp->gridDimX = kp->gridDimY = kp->gridDimZ = 1;
+        kp->blockDimX = kp->blockDimY = kp->blockDimZ = 1;
+        kp->kernelParams = hand.argv[i];
+    }
+    __asm__ volatile("" ::: "memory"); /* the arrays are used */
+}
+
+/* The same fill for one node, from what cupool_pipeline_kernel takes (the function, the
+ * launch shape, the argument pointers): a call per node, as the description makes. */
+static __attribute__((noinline)) void hand_node(int i, CUfunction f, unsigned gx, unsigned gy,
+                                                unsigned gz, unsigned bx, unsigned by,
+                                                unsigned bz, unsigned shmem, void **args)
+{
+    memcpy(&hand.val[i].p, args[0], sizeof(hand.val[i].p));
+    memcpy(&hand.val[i].v, args[1], sizeof(hand.val[i].v));
+    hand.argv[i][0] = &hand.val[i].p;
+    hand.argv[i][1] = &hand.val[i].v;
+    CUDA_KERNEL_NODE_PARAMS *kp = &hand.kp[i];
+    memset(kp, 0, sizeof(*kp));
+    kp->func = f;
+    kp->gridDimX = gx, kp->gridDimY = gy, kp->gridDimZ = gz;
+    kp->blockDimX = bx, kp->blockDimY = by, kp->blockDimZ = bz;
+    kp->sharedMemBytes = shmem;
+    kp->kernelParams = hand.argv[i];
+}
+
+static void hand_fill_calls(int n, unsigned base)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned v = base + (unsigned)i;
+        void *args[] = {&counter, &v};
+        hand_node(i, add_u32, 1, 1, 1, 1, 1, 1, 0, args);
+    }
+    __asm__ volatile("" ::: "memory");
+}
+
+struct describe_result {
+    int n;
+    double hand, hand_calls, cupool; /* ns per description of n kernels, medians: the fill
+                                        inline, the fill a call per node, cupool's */
+    double over_hit;       /* describe+hit minus hit, per node, ns (first table) */
+};
+
+/* ns per description, medians of `samples` batches (each long enough for the timer not to
+ * matter), the two taking turns batch by batch. */
+static void describe_cost(int n, int samples, struct describe_result *out)
+{
+    cupool_pipeline_t p;
+    check("pipeline", cupool_pipeline_create(&p));
+    describe(p, n, 1);
+    check("launch", cupool_pipeline_launch(p, g_sync_stream));
+    check("sync", g.cuStreamSynchronize(g_sync_stream));
+    int reps = 2000 / n + 20;
+    double *c = malloc(sizeof(double) * (size_t)samples);
+    double *h = malloc(sizeof(double) * (size_t)samples);
+    double *hc = malloc(sizeof(double) * (size_t)samples);
+    for (int it = -3; it < samples; it++) {
+        double t0 = now_ns();
+        for (int r = 0; r < reps; r++)
+            hand_fill(n, 1);
+        double t1 = now_ns();
+        for (int r = 0; r < reps; r++)
+            hand_fill_calls(n, 1);
+        double t2 = now_ns();
+        for (int r = 0; r < reps; r++)
+            describe(p, n, 1);
+        double t3 = now_ns();
+        if (it >= 0) {
+            h[it] = (t1 - t0) / reps;
+            hc[it] = (t2 - t1) / reps;
+            c[it] = (t3 - t2) / reps;
+        }
+    }
+    out->n = n;
+    out->hand = median(h, samples);
+    out->hand_calls = median(hc, samples);
+    out->cupool = median(c, samples);
+    free(c);
+    free(h);
+    free(hc);
+    cupool_pipeline_destroy(p);
 }
 
 /* ---- concurrency: one signature on several streams ---- */
@@ -408,7 +676,34 @@ static double throughput(int threads, int launches, int by_hand)
 
 #define GET(name, v) check(#name, cupool_driver_get_proc(#name, v, (void **)&g.name))
 
-int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label)
+static const int alt_sizes[] = {1, 2, 4, 8, 16, 64};
+static const int stream_counts[] = {1, 2, 4, 8, 12};
+#define NALT (int)(sizeof(alt_sizes) / sizeof(alt_sizes[0]))
+#define NSTREAMS (int)(sizeof(stream_counts) / sizeof(stream_counts[0]))
+
+static void print_alt(const char *title, const char *what, const struct alt_result *r, int n,
+                      const char *label)
+{
+    printf("\n%s, host us per launch (medians)%s\n", title, label);
+    printf("%4s %10s %10s %8s %17s\n", what, "cupool", "floor", "ratio", "lock-free claims");
+    for (int i = 0; i < n; i++)
+        printf("%4d %10.3f %10.3f %7.3fx %16.1f%%\n", r[i].count, r[i].cupool / 1e3,
+               r[i].floor / 1e3, r[i].cupool / r[i].floor, 100 * r[i].lock_free);
+}
+
+static void json_alt(FILE *f, const char *name, const char *what, const struct alt_result *r,
+                     int n, int nodes)
+{
+    fprintf(f, ",\"%s\":[", name);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s{\"%s\":%d,\"nodes\":%d,\"cupool_us\":%.4f,\"floor_us\":%.4f,"
+                   "\"ratio\":%.4f,\"lock_free_claims\":%.4f}",
+                i ? "," : "", what, r[i].count, nodes, r[i].cupool / 1e3, r[i].floor / 1e3,
+                r[i].cupool / r[i].floor, r[i].lock_free);
+    fprintf(f, "]");
+}
+
+static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label, FILE *json)
 {
     print_timeline = timeline;
     bench_ctx = ctx;
@@ -426,16 +721,82 @@ int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *labe
     GET(cuGraphExecDestroy, 10000);
     GET(cuGraphDestroy, 10000);
     GET(cuCtxSetCurrent, 4000);
+    GET(cuStreamDestroy, 4000);
     CUmodule mod;
     check("module", g.cuModuleLoadData(&mod, tu_kernels_ptx));
     check("add_u32", g.cuModuleGetFunction(&add_u32, mod, "add_u32"));
+    check("set_u32", g.cuModuleGetFunction(&set_u32, mod, "set_u32"));
     check("spin", g.cuModuleGetFunction(&spin, mod, "spin"));
     check("alloc", g.cuMemAlloc(&counter, 4));
+    check("stream", g.cuStreamCreate(&g_sync_stream, CU_STREAM_NON_BLOCKING));
 
     static const int sizes[3] = {1, 10, 50};
     double host[3][W_COUNT], e2e[3][W_COUNT], streamed[3][3];
     for (int i = 0; i < 3; i++)
         time_ways(sizes[i], iters, host[i], e2e[i], streamed[i]);
+    struct alt_result alt[NALT], str[NSTREAMS];
+    struct describe_result desc[3];
+    for (int i = 0; i < NALT; i++)
+        alt_signatures(alt_sizes[i], iters, &alt[i]);
+    for (int i = 0; i < NSTREAMS; i++)
+        alt_streams(stream_counts[i], iters, &str[i]);
+    for (int i = 0; i < 3; i++) {
+        describe_cost(sizes[i], iters, &desc[i]);
+        desc[i].over_hit = (host[i][W_DESCRIBE] - host[i][W_HIT]) / sizes[i];
+    }
+    const char *emax = getenv("CUPOOL_GRAPH_EXECS_MAX");
+    int execs_max = emax && *emax ? atoi(emax) : 8;
+
+    int launches = 50;
+    cupool_graph_stats_t s0, s1;
+    double one = throughput(1, launches, 0);
+    cupool_graph_stats_get(&s0);
+    double eight = throughput(8, launches, 0);
+    cupool_graph_stats_get(&s1);
+    double hand1 = throughput(1, launches, 1), hand8 = throughput(8, launches, 1);
+    double shared8 = throughput(8, launches, 2);
+    double late8 = throughput(8, launches, 3);
+    cupool_graph_stats_t st;
+    cupool_graph_stats_get(&st);
+
+    if (json) {
+        fprintf(json, "{\"iterations\":%d,\"pipelines\":[", iters);
+        for (int i = 0; i < 3; i++) {
+            fprintf(json, "%s{\"nodes\":%d", i ? "," : "", sizes[i]);
+            for (int w = 0; w < W_COUNT; w++)
+                fprintf(json, ",\"%s_host_us\":%.4f,\"%s_end_to_end_us\":%.4f", way_names[w],
+                        host[i][w] / 1e3, way_names[w], e2e[i][w] / 1e3);
+            fprintf(json, ",\"hit_over_floor\":%.4f,\"streamed_us\":{\"eager\":%.4f,"
+                          "\"floor\":%.4f,\"hit\":%.4f}}",
+                    host[i][W_HIT] / host[i][W_FLOOR], streamed[i][0] / 1e3,
+                    streamed[i][1] / 1e3, streamed[i][2] / 1e3);
+        }
+        fprintf(json, "]");
+        json_alt(json, "signatures_on_one_stream", "signatures", alt, NALT, ALT_NODES);
+        json_alt(json, "one_signature_on_streams", "streams", str, NSTREAMS, STREAM_NODES);
+        fprintf(json, ",\"graph_execs_max\":%d,\"describe\":[", execs_max);
+        for (int i = 0; i < 3; i++)
+            fprintf(json, "%s{\"nodes\":%d,\"hand_fill_ns\":%.2f,\"hand_fill_calls_ns\":%.2f,"
+                          "\"describe_ns\":%.2f,\"ratio\":%.4f,\"ratio_calls\":%.4f,"
+                          "\"describe_hit_minus_hit_per_node_ns\":%.2f}",
+                    i ? "," : "", desc[i].n, desc[i].hand, desc[i].hand_calls, desc[i].cupool,
+                    desc[i].cupool / desc[i].hand, desc[i].cupool / desc[i].hand_calls,
+                    desc[i].over_hit);
+        fprintf(json, "],\"throughput_kernels_per_s\":{\"cupool_1\":%.0f,\"cupool_8\":%.0f,"
+                      "\"hand_1\":%.0f,\"hand_8\":%.0f,\"hand_8_one_graph\":%.0f,"
+                      "\"hand_8_late\":%.0f},",
+                one, eight, hand1, hand8, shared8, late8);
+        fprintf(json, "\"cache\":{\"launches\":%llu,\"hits\":%llu,\"misses\":%llu,"
+                      "\"instantiations\":%llu,\"nodes_updated\":%llu,\"nodes_compared\":%llu,"
+                      "\"claims_lock_free\":%llu,\"claims_locked\":%llu,\"evictions\":%llu}}",
+                (unsigned long long)st.launches, (unsigned long long)st.hits,
+                (unsigned long long)st.misses, (unsigned long long)st.instantiations,
+                (unsigned long long)st.nodes_updated, (unsigned long long)st.nodes_compared,
+                (unsigned long long)st.claims_lock_free, (unsigned long long)st.claims_locked,
+                (unsigned long long)st.evictions);
+        return 0;
+    }
+
     printf("\ngraphs: pipelines of N tiny kernels, us per launch (median of %d)%s\n", iters, label);
     printf("%-13s", "host");
     for (int i = 0; i < 3; i++)
@@ -485,20 +846,33 @@ int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *labe
     for (int i = 0; i < 3; i++)
         printf("N=%d %.2fx%s", sizes[i], streamed[i][0] / streamed[i][2], i < 2 ? ", " : "\n");
 
-    int launches = 50;
-    cupool_graph_stats_t s0, s1;
-    double one = throughput(1, launches, 0);
-    cupool_graph_stats_get(&s0);
-    double eight = throughput(8, launches, 0);
-    cupool_graph_stats_get(&s1);
-    double hand1 = throughput(1, launches, 1), hand8 = throughput(8, launches, 1);
-    printf("by hand (an exec per thread, cuGraphLaunch): 1 stream %.0f kernels/s, 8 threads on "
+    char title[160];
+    snprintf(title, sizeof title, "graphs: S signatures of %d kernels alternating on one stream; "
+             "floor: the same S graphs' execs alternated by hand", ALT_NODES);
+    print_alt(title, "S", alt, NALT, label);
+    snprintf(title, sizeof title, "graphs: one signature of %d kernels on K streams in turn; "
+             "floor: K execs, each on its own stream, by hand", STREAM_NODES);
+    print_alt(title, "K", str, NSTREAMS, label);
+    if (stream_counts[NSTREAMS - 1] > execs_max)
+        printf("(CUPOOL_GRAPH_EXECS_MAX=%d: beyond it, streams share execs, and every launch "
+               "records a completion event)\n",
+               execs_max);
+    printf("\ngraphs: describing per request, ns per pipeline of N kernels (medians)%s\n", label);
+    printf("%4s %10s %10s %10s %8s %8s %28s\n", "N", "hand fill", "(calls)", "describe",
+           "ratio", "(calls)", "describe+hit - hit, per node");
+    for (int i = 0; i < 3; i++)
+        printf("%4d %10.1f %10.1f %10.1f %7.2fx %7.2fx %25.1f ns\n", desc[i].n, desc[i].hand,
+               desc[i].hand_calls, desc[i].cupool, desc[i].cupool / desc[i].hand,
+               desc[i].cupool / desc[i].hand_calls, desc[i].over_hit);
+    printf("(hand fill: the nodes' CUDA_KERNEL_NODE_PARAMS, kernelParams and argument values, "
+           "inline, and (calls) a call per node taking cupool_pipeline_kernel's arguments; "
+           "describe: cupool_pipeline_reset + cupool_pipeline_kernel per node)\n");
+
+    printf("\nby hand (an exec per thread, cuGraphLaunch): 1 stream %.0f kernels/s, 8 threads on "
            "8 streams %.0f kernels/s (%.2fx)%s\n",
            hand1, hand8, hand8 / hand1, label);
-    double shared8 = throughput(8, launches, 2);
     printf("by hand, the 8 execs instantiated from one graph: %.0f kernels/s (%.2fx)%s\n",
            shared8, shared8 / hand1, label);
-    double late8 = throughput(8, launches, 3);
     printf("by hand, each exec instantiated by its thread after the start: %.0f kernels/s "
            "(%.2fx)%s\n",
            late8, late8 / hand1, label);
@@ -507,14 +881,25 @@ int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *labe
            spin_ns / 1000, one, eight, eight / one,
            (unsigned long long)(s1.instantiations - s0.instantiations),
            (unsigned long long)(s1.nodes_updated - s0.nodes_updated), label);
-    cupool_graph_stats_t st;
-    cupool_graph_stats_get(&st);
     printf("graph cache: %llu launches, %llu hits, %llu misses, %llu instantiations, %llu "
-           "nodes updated, %llu evictions, %llu entries, %llu execs, %llu bytes\n",
+           "nodes updated, %llu nodes compared, %llu evictions, %llu entries, %llu execs, "
+           "%llu bytes; %llu claims lock-free, %llu locked\n",
            (unsigned long long)st.launches, (unsigned long long)st.hits,
            (unsigned long long)st.misses, (unsigned long long)st.instantiations,
-           (unsigned long long)st.nodes_updated, (unsigned long long)st.evictions,
-           (unsigned long long)st.entries, (unsigned long long)st.execs,
-           (unsigned long long)st.bytes);
+           (unsigned long long)st.nodes_updated, (unsigned long long)st.nodes_compared,
+           (unsigned long long)st.evictions, (unsigned long long)st.entries,
+           (unsigned long long)st.execs, (unsigned long long)st.bytes,
+           (unsigned long long)st.claims_lock_free, (unsigned long long)st.claims_locked);
     return 0;
+}
+
+int cupool_bench_graphs(CUcontext ctx, int iters, int timeline, const char *label)
+{
+    return graphs_run(ctx, iters, timeline, label, NULL);
+}
+
+/* The same figures as one JSON object written to out (no newline after it). */
+int cupool_bench_graphs_json(CUcontext ctx, int iters, FILE *out)
+{
+    return graphs_run(ctx, iters, 0, "", out);
 }

@@ -47,7 +47,7 @@ static const struct var vars[] = {
     {"CUPOOL_DISABLE", VAR_BOOL, OFF(disable), 0, 1, 0, NULL},
     {"CUPOOL_GRAPH_CACHE_BYTES", VAR_U64, OFF(graph_cache_bytes), 0, 1UL << 48, 256UL << 20, NULL},
     {"CUPOOL_GRAPH_CACHE_ENTRIES", VAR_UINT, OFF(graph_cache_entries), 0, 1000000, 1024, NULL},
-    {"CUPOOL_GRAPH_EXECS_MAX", VAR_UINT, OFF(graph_execs_max), 1, 64, 8, NULL},
+    {"CUPOOL_GRAPH_EXECS_MAX", VAR_UINT, OFF(graph_execs_max), 1, 64, 16, NULL},
     {"CUPOOL_GRAPH_DISABLE", VAR_BOOL, OFF(graph_disable), 0, 1, 0, NULL},
     {"CUPOOL_GRAPH_GATE", VAR_BOOL, OFF(graph_gate), 0, 1, 1, NULL},
     {"CUPOOL_DESTROY_ON_EXIT", VAR_BOOL, OFF(destroy_on_exit), 0, 1, 0, NULL},

@@ -18,11 +18,17 @@
  *
  * The cache is one table under one mutex, held for lookups and exec selection, never across
  * an instantiation or a launch. A repeat launch skips it: each thread keeps, per signature
- * hash, the entry and exec it launched last (its slots in the thread cache), and claims them
- * again without the lock when they are unchanged and the exec is free and was last launched
- * on the same stream (fast_claim). That claim may touch an entry or exec just freed, so both
- * are type-stable: freed ones wait on free lists for reuse, and their memory goes back only
- * in cupool_trim(), after a grace period, or at unload.
+ * hash and stream, the entry and exec it launched last (its hints, a set-associative table
+ * behind one pointer of its thread cache), and claims them again without the lock when they
+ * are unchanged and the exec is free and was last launched on the same stream (fast_claim).
+ * That claim may touch an entry or exec just freed, so both are type-stable: freed ones wait
+ * on free lists for reuse, and their memory goes back only in cupool_trim(), after a grace
+ * period, or at unload.
+ *
+ * A pipeline refilled per request is compared as it is added (kernel_refill, refill_node):
+ * the adds find the last launch's nodes in place, write only what differs and mark what did,
+ * so a launch compares nothing, or only the marked nodes, with an exec that ran the last
+ * launch (exec_update).
  */
 #include "internal.h"
 #include "alloc.h"
@@ -67,7 +73,9 @@ struct pnode {
         struct {
             CUfunction fn;
             const struct fninfo *info;
-            uint32_t grid[3], block[3], shmem, arg_off; /* arg_off into the args buffer */
+            /* grid x, y, z, block x, y, z, dynamic shared memory (bytes): K_SHAPE words */
+            uint32_t shape[7];
+            uint32_t arg_off; /* into the args buffer */
         } k;
         struct {
             CUdeviceptr dst;
@@ -88,6 +96,8 @@ struct pnode {
     } u;
 };
 
+#define K_SHAPE 7 /* words of a kernel node's launch shape */
+
 #define FN_CACHE 8
 
 struct cupool_pipeline {
@@ -106,12 +116,31 @@ struct cupool_pipeline {
     uint64_t last_hash;
     uint32_t last_n;
     bool sig_dirty;            /* structure differs from the last launch's (or none yet) */
+    /* sigpos and sig_dirty before the last node's words: cupool_pipeline_depend on the node
+     * just added emits its words again */
+    size_t sig_mark;
+    bool dirty_mark;
     CUresult add_error;        /* the first failed add since the last reset (launches refuse) */
     struct gentry *last_entry; /* the entry the last launch used, valid while ... */
     uint64_t last_epoch;       /* ... the cache's epoch has not moved */
     unsigned long long last_ctx_id;
     uint32_t max_params;
-    uint64_t gen; /* changes with every change to the description; unique across pipelines */
+    /* The parameters of the last launch, compared as nodes are added (refill): a reset keeps
+     * nodes[] and args[], so an add at a place where the last launch had a node of the same
+     * kind (same function and argument place, for a kernel) compares its parameters with that
+     * node's and writes only what differs, marking the node in chg[] (a bit per node). Every
+     * other add writes afresh and sets all_dirty. Invariant, while all_dirty is false: every
+     * node below hw that is not marked holds the last launch's parameters. A launch consumes
+     * the marks (hw becomes its node count, the marks and all_dirty are cleared). */
+    uint32_t hw;    /* nodes of the last launch still in place (0: none to compare with) */
+    uint32_t nchg;  /* nodes marked */
+    bool all_dirty; /* an add wrote without comparing: any node may differ */
+    uint64_t *chg;
+    size_t chgcap; /* words allocated in chg */
+    /* The description's version, unique across pipelines: moves on at a launch whose
+     * description differs from the last launch's. An exec whose snapshot is tagged with
+     * (this pipeline, gen) holds exactly the last launch's parameters. */
+    uint64_t gen;
     void **argv; /* scratch for kernelParams */
     size_t argvcap;
     const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
@@ -122,6 +151,9 @@ struct cupool_pipeline {
     struct fninfo **held;
     size_t nheld, heldcap;
 };
+
+static void refill_forget(struct cupool_pipeline *p);
+static bool chg_room(struct cupool_pipeline *p, size_t n);
 
 /* ---- small growable arrays from cupool's allocator ---- */
 
@@ -282,6 +314,7 @@ static CUresult fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct
     if (CUPOOL_UNLIKELY(p->fn_epoch != epoch)) {
         memset(p->fcache, 0, sizeof(p->fcache)); /* held ones stay: nodes may name them */
         p->fn_epoch = epoch;
+        refill_forget(p); /* the nodes in place name the old layouts */
     }
     for (unsigned i = 0; i < FN_CACHE; i++)
         if (p->fcache[i] && p->fcache[i]->fn == f) {
@@ -384,6 +417,7 @@ CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
     cupool__free(p->args, p->acap);
     cupool__free(p->sig, p->sigcap * sizeof(*p->sig));
     cupool__free(p->argv, p->argvcap * sizeof(*p->argv));
+    cupool__free(p->chg, p->chgcap * sizeof(*p->chg));
     cupool__free(p, sizeof(*p));
     return CUDA_SUCCESS;
 }
@@ -398,13 +432,15 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->n = 0;
     p->ndeps = 0;
     p->alen = 0;
-    /* after a trim, the layouts the old nodes named are let go (they are looked up afresh) */
-    if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&fn_epoch, CUPOOL_ACQUIRE)))
+    /* after a trim, the layouts the old nodes named are let go (they are looked up afresh),
+     * and with them the nodes to compare with */
+    if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&fn_epoch, CUPOOL_ACQUIRE))) {
         pipeline_unhold(p);
+        refill_forget(p);
+    }
     p->sigpos = 1; /* word 0 is the node count, compared at launch */
     p->sig_dirty = p->last_nsig == 0;
     p->add_error = CUDA_SUCCESS;
-    p->gen++;
     return CUDA_SUCCESS;
 }
 
@@ -424,21 +460,25 @@ static void sig_word(struct cupool_pipeline *p, uint64_t w)
 static void sig_node(struct cupool_pipeline *p, uint32_t i)
 {
     const struct pnode *n = &p->nodes[i];
+    p->sig_mark = p->sigpos;
+    p->dirty_mark = p->sig_dirty;
     sig_word(p, (uint64_t)n->type << 32 | n->ndeps);
     sig_word(p, n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0);
     for (uint32_t d = 0; d < n->ndeps; d++)
         sig_word(p, p->deps[n->dep_start + d]);
 }
 
-/* Appends a node depending on the one before it; *out gets it. */
+/* Appends a node depending on the one before it, written afresh (no comparison with the
+ * last launch's node at its place: see refill_node for that); *out gets it. */
 static CUresult node_push(struct cupool_pipeline *p, uint32_t type, struct pnode **out,
                           cupool_node_t *number)
 {
-    if (!GROW(p->nodes, p->cap, p->n + 1) || !GROW(p->deps, p->depcap, p->ndeps + 1))
+    if (!GROW(p->nodes, p->cap, p->n + 1) || !GROW(p->deps, p->depcap, p->ndeps + 1) ||
+        !chg_room(p, p->n))
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline node");
     struct pnode *n = &p->nodes[p->n];
     memset(n, 0, sizeof(*n));
-    p->gen++;
+    p->all_dirty = true;
     n->type = type;
     n->dep_start = p->ndeps;
     if (p->n > 0) {
@@ -450,6 +490,181 @@ static CUresult node_push(struct cupool_pipeline *p, uint32_t type, struct pnode
     p->n++;
     *out = n;
     return CUDA_SUCCESS;
+}
+
+/* ---- refilling in place: adds compare with the last launch's nodes ---- */
+
+/* Room for the change marks of nodes below n; new words start clear. */
+static bool chg_room(struct cupool_pipeline *p, size_t n)
+{
+    size_t had = p->chgcap;
+    if (!GROW(p->chg, p->chgcap, n / 64 + 1))
+        return false;
+    if (p->chgcap > had)
+        memset(p->chg + had, 0, (p->chgcap - had) * sizeof(*p->chg));
+    return true;
+}
+
+/* The nodes in place no longer hold the last launch's parameters (their layouts were let go
+ * after a trim): later adds write afresh, and the next launch compares every node. */
+static void refill_forget(struct cupool_pipeline *p)
+{
+    p->hw = 0;
+    p->all_dirty = true;
+}
+
+/* Node i's parameters differ from the last launch's. */
+static inline void refill_mark(struct cupool_pipeline *p, uint32_t i)
+{
+    uint64_t bit = UINT64_C(1) << (i % 64);
+    if (!(p->chg[i / 64] & bit)) {
+        p->chg[i / 64] |= bit;
+        p->nchg++;
+    }
+}
+
+/* The node at the next place, to be refilled in place: the last launch had a node of this
+ * type there (and there is room for its dependency). NULL: node_push writes it afresh. */
+static inline struct pnode *refill_node(struct cupool_pipeline *p, uint32_t type)
+{
+    uint32_t i = p->n;
+    if (CUPOOL_LIKELY(i < p->hw && p->nodes[i].type == type && p->ndeps < p->depcap))
+        return &p->nodes[i];
+    return NULL;
+}
+
+/* Completes the add of a node refilled in place (changed: a parameter differs from the last
+ * launch's): its default dependency, its number, its mark and its structure words. */
+static inline void refill_done(struct cupool_pipeline *p, struct pnode *n, bool changed,
+                               cupool_node_t *number)
+{
+    uint32_t i = p->n;
+    n->dep_start = p->ndeps;
+    n->ndeps = i > 0;
+    if (i > 0)
+        p->deps[p->ndeps++] = i - 1;
+    if (number)
+        *number = i;
+    p->n = i + 1;
+    if (changed)
+        refill_mark(p, i);
+    sig_node(p, i);
+}
+
+/* Copies size bytes from src to dst unless they are equal already; true if they differed.
+ * Without a call, so that the per-request path keeps its registers. */
+static inline bool bytes_refill(unsigned char *dst, const unsigned char *src, uint32_t size)
+{
+    uint64_t v, w;
+    if (CUPOOL_LIKELY(size == 8)) {
+        memcpy(&v, src, 8);
+        memcpy(&w, dst, 8);
+        if (v == w)
+            return false;
+        memcpy(dst, &v, 8);
+        return true;
+    }
+    if (size == 4) {
+        uint32_t v4, w4;
+        memcpy(&v4, src, 4);
+        memcpy(&w4, dst, 4);
+        if (v4 == w4)
+            return false;
+        memcpy(dst, &v4, 4);
+        return true;
+    }
+    bool differs = false;
+    uint32_t i = 0;
+    for (; i + 8 <= size; i += 8) {
+        memcpy(&v, src + i, 8);
+        memcpy(&w, dst + i, 8);
+        if (v != w) {
+            memcpy(dst + i, &v, 8);
+            differs = true;
+        }
+    }
+    for (; i < size; i++)
+        if (dst[i] != src[i]) {
+            dst[i] = src[i];
+            differs = true;
+        }
+    return differs;
+}
+
+/* The structure words of a refilled node with its default dependency (as sig_node). */
+static inline void sig_refilled(struct cupool_pipeline *p, uint64_t w0, uint64_t w1, uint32_t i)
+{
+    size_t pos = p->sigpos;
+    bool dirty = p->sig_dirty;
+    p->sig_mark = pos;
+    p->dirty_mark = dirty;
+    if (dirty)
+        return;
+    size_t end = pos + 2 + (i > 0);
+    const uint64_t *sg = p->sig;
+    if (end <= p->last_nsig && sg[pos] == w0 && sg[pos + 1] == w1 && (!i || sg[pos + 2] == i - 1))
+        p->sigpos = end;
+    else
+        p->sig_dirty = true;
+}
+
+/* A kernel add refilled in place: the last launch's node at this place launched the same
+ * function with its arguments at the same offset. False, with nothing added, for the general
+ * path (kernel_add), which also reports bad arguments: no pipeline, a zero dimension, a NULL
+ * argument, a library not running. The per-request path: every field is read once, only
+ * what differs is written, and every check comes before the first write. (A trim since the
+ * reset does not matter: the layouts in place are held by the pipeline, and f, being
+ * described, is the function they were learnt for.) */
+static inline __attribute__((always_inline)) bool
+kernel_refill(struct cupool_pipeline *p, CUfunction f, unsigned int gx, unsigned int gy,
+              unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
+              unsigned int shmem, void **args, cupool_node_t *number)
+{
+    if (CUPOOL_UNLIKELY(!p || p->magic != PIPELINE_MAGIC ||
+                        cupool__state_now() != CUPOOL_ST_RUNNING))
+        return false;
+    uint32_t i = p->n, nd = p->ndeps;
+    if (i >= p->hw || nd >= p->depcap)
+        return false;
+    struct pnode *n = &p->nodes[i];
+    if (n->type != PN_KERNEL || n->u.k.fn != f)
+        return false;
+    uint32_t off = (uint32_t)((p->alen + 15) & ~(size_t)15);
+    const struct fninfo *fi = n->u.k.info;
+    uint32_t np = fi->nparams;
+    if (n->u.k.arg_off != off || (np && !args))
+        return false;
+    for (uint32_t a = 0; a < np; a++)
+        if (CUPOOL_UNLIKELY(!args[a]))
+            return false;
+    /* the launch shape (a changed one must be valid: the old one was) */
+    uint32_t *d = n->u.k.shape;
+    bool changed = ((d[0] ^ gx) | (d[1] ^ gy) | (d[2] ^ gz) | (d[3] ^ bx) | (d[4] ^ by) |
+                    (d[5] ^ bz) | (d[6] ^ shmem)) != 0;
+    if (changed) {
+        if ((gx == 0) | (gy == 0) | (gz == 0) | (bx == 0) | (by == 0) | (bz == 0))
+            return false;
+        d[0] = gx, d[1] = gy, d[2] = gz, d[3] = bx, d[4] = by, d[5] = bz, d[6] = shmem;
+    }
+    /* from here on the add cannot fail */
+    unsigned char *bytes = p->args + off;
+    const struct fnparam *pa = fi->param;
+    for (uint32_t a = 0; a < np; a++)
+        changed |= bytes_refill(bytes + pa[a].off, args[a], pa[a].size);
+    p->alen = off + fi->bytes;
+    n->dep_start = nd;
+    n->ndeps = i > 0;
+    if (i > 0) {
+        p->deps[nd] = i - 1;
+        p->ndeps = nd + 1;
+    }
+    p->n = i + 1;
+    if (number)
+        *number = i;
+    if (changed)
+        refill_mark(p, i);
+    sig_refilled(p, (uint64_t)PN_KERNEL << 32 | (i > 0), (uint64_t)(uintptr_t)f, i);
+    return true;
 }
 
 /* The public adds. In a forked child they refuse before touching anything (the parent's
@@ -505,9 +720,8 @@ static CUresult kernel_add(cupool_pipeline_t pipeline, CUfunction f, unsigned in
     p->alen = off + fi->bytes;
     n->u.k.fn = f;
     n->u.k.info = fi;
-    n->u.k.grid[0] = grid_x, n->u.k.grid[1] = grid_y, n->u.k.grid[2] = grid_z;
-    n->u.k.block[0] = block_x, n->u.k.block[1] = block_y, n->u.k.block[2] = block_z;
-    n->u.k.shmem = shared_bytes;
+    uint32_t shape[K_SHAPE] = {grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes};
+    memcpy(n->u.k.shape, shape, sizeof(shape));
     n->u.k.arg_off = (uint32_t)off;
     if (fi->nparams > p->max_params)
         p->max_params = fi->nparams;
@@ -522,7 +736,17 @@ static CUresult memset_add(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned
     if (!p || !dst || !count || (element_bytes != 1 && element_bytes != 4))
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_memset: %s",
                             !p ? "not a pipeline" : "needs dst, count > 0, element_bytes 1 or 4");
-    struct pnode *n;
+    struct pnode *n = refill_node(p, PN_MEMSET);
+    if (n) {
+        bool changed = n->u.set.dst != dst || n->u.set.value != value ||
+                       n->u.set.elem != element_bytes || n->u.set.count != count;
+        n->u.set.dst = dst;
+        n->u.set.value = value;
+        n->u.set.elem = element_bytes;
+        n->u.set.count = count;
+        refill_done(p, n, changed, node);
+        return CUDA_SUCCESS;
+    }
     CUresult r = node_push(p, PN_MEMSET, &n, node);
     if (r == CUDA_SUCCESS) {
         n->u.set.dst = dst;
@@ -541,7 +765,15 @@ static CUresult memcpy_add(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdevice
     if (!p || !dst || !src || !bytes)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_memcpy: %s",
                             !p ? "not a pipeline" : "needs dst, src and bytes > 0");
-    struct pnode *n;
+    struct pnode *n = refill_node(p, PN_MEMCPY);
+    if (n) {
+        bool changed = n->u.copy.dst != dst || n->u.copy.src != src || n->u.copy.bytes != bytes;
+        n->u.copy.dst = dst;
+        n->u.copy.src = src;
+        n->u.copy.bytes = bytes;
+        refill_done(p, n, changed, node);
+        return CUDA_SUCCESS;
+    }
     CUresult r = node_push(p, PN_MEMCPY, &n, node);
     if (r == CUDA_SUCCESS) {
         n->u.copy.dst = dst;
@@ -559,7 +791,13 @@ static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type
     if (!p || !ev)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", what,
                             !p ? "not a pipeline" : "event is NULL");
-    struct pnode *n;
+    struct pnode *n = refill_node(p, type);
+    if (n) {
+        bool changed = n->u.ev.ev != ev;
+        n->u.ev.ev = ev;
+        refill_done(p, n, changed, node);
+        return CUDA_SUCCESS;
+    }
     CUresult r = node_push(p, type, &n, node);
     if (r == CUDA_SUCCESS) {
         n->u.ev.ev = ev;
@@ -587,7 +825,14 @@ static CUresult host_add(cupool_pipeline_t pipeline, CUhostFn fn, void *user_dat
     if (!p || !fn)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_host: %s",
                             !p ? "not a pipeline" : "fn is NULL");
-    struct pnode *n;
+    struct pnode *n = refill_node(p, PN_HOST);
+    if (n) {
+        bool changed = n->u.host.fn != fn || n->u.host.user != user_data;
+        n->u.host.fn = fn;
+        n->u.host.user = user_data;
+        refill_done(p, n, changed, node);
+        return CUDA_SUCCESS;
+    }
     CUresult r = node_push(p, PN_HOST, &n, node);
     if (r == CUDA_SUCCESS) {
         n->u.host.fn = fn;
@@ -618,24 +863,46 @@ static CUresult depend_add(cupool_pipeline_t pipeline, cupool_node_t node, const
     if (!GROW(p->deps, p->depcap, p->ndeps + count))
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for pipeline dependencies");
     struct pnode *n = &p->nodes[node];
+    bool last = node + 1 == p->n;
+    if (last) { /* the node just added: its words are emitted again, compared in place */
+        p->sigpos = p->sig_mark;
+        p->sig_dirty = p->dirty_mark;
+    } else {
+        p->sig_dirty = true; /* an earlier node's words changed: recompute at launch */
+    }
     n->dep_start = p->ndeps;
     n->ndeps = (uint32_t)count;
-    p->sig_dirty = true; /* an earlier node's words changed: recompute at launch */
-    p->gen++;
     for (size_t i = 0; i < count; i++)
         p->deps[p->ndeps++] = on[i];
+    if (last)
+        sig_node(p, node);
     return CUDA_SUCCESS;
 }
 
 /* The public adds (PUBLIC_ADD above). */
+
+/* The general kernel add, out of the per-request path's way. */
+static __attribute__((noinline, cold)) CUresult
+kernel_add_public(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                  unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                  unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,
+                  void **args, cupool_node_t *node)
+{
+    return PUBLIC_ADD(kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                                 shared_bytes, args, node));
+}
 
 CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                                 unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
                                 unsigned int block_y, unsigned int block_z,
                                 unsigned int shared_bytes, void **args, cupool_node_t *node)
 {
-    return PUBLIC_ADD(kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-                                 shared_bytes, args, node));
+    /* a refill in place (the per-request path), before any other work */
+    if (CUPOOL_LIKELY(kernel_refill(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y,
+                                    block_z, shared_bytes, args, node)))
+        return CUDA_SUCCESS;
+    return kernel_add_public(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                             shared_bytes, args, node);
 }
 
 CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
@@ -736,7 +1003,7 @@ struct gentry {
     _Atomic int busy;
     _Atomic uint64_t last_use; /* cache_clock when last launched: eviction order */
     uint64_t evict_pass;       /* the eviction pass that last failed to evict it */
-    bool published;            /* it has been in the table (a thread's slot may name it) */
+    bool published;            /* it has been in the table (a thread's hint may name it) */
     struct gentry *free_next;
     uint64_t hash;
     unsigned long long ctx_id;
@@ -1051,7 +1318,7 @@ static struct grave *graves;
 static int ngraves, nblind;
 static size_t graves_cap;
 /* the instantiation gate (below): sections of driver calls no instantiation overlaps */
-static _Atomic uint32_t *gate_enter(void);
+static inline _Atomic uint32_t *gate_enter(void);
 static inline void gate_leave(_Atomic uint32_t *c);
 
 static _Atomic int graves_due; /* graves a launch may reap now (read without the lock) */
@@ -1232,7 +1499,6 @@ bool cupool__graph_graves_maintain(void)
     return atomic_load(&graves_due) > 0;
 }
 
-
 static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 {
     if (alive && (x->exec || x->done || x->graph) && !exec_bury(e, x)) {
@@ -1252,7 +1518,7 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 /* Frees an entry that is out of the table and the LRU list. Cache lock held. */
 static void entry_free_as(struct gentry *e, bool alive)
 {
-    if (e->published) /* a thread's slot may name it */
+    if (e->published) /* a thread's hint may name it */
         atomic_fetch_add(&cache_epoch, 1);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
@@ -1359,10 +1625,10 @@ static void kernel_params(const struct pnode *n, const unsigned char *args, void
         argv[i] = (void *)(args + n->u.k.arg_off + fi->param[i].off);
     memset(kp, 0, sizeof(*kp));
     kp->func = n->u.k.fn;
-    kp->gridDimX = n->u.k.grid[0], kp->gridDimY = n->u.k.grid[1], kp->gridDimZ = n->u.k.grid[2];
-    kp->blockDimX = n->u.k.block[0], kp->blockDimY = n->u.k.block[1];
-    kp->blockDimZ = n->u.k.block[2];
-    kp->sharedMemBytes = n->u.k.shmem;
+    const uint32_t *sh = n->u.k.shape;
+    kp->gridDimX = sh[0], kp->gridDimY = sh[1], kp->gridDimZ = sh[2];
+    kp->blockDimX = sh[3], kp->blockDimY = sh[4], kp->blockDimZ = sh[5];
+    kp->sharedMemBytes = sh[6];
     kp->kernelParams = fi->nparams ? argv : NULL;
 }
 
@@ -1536,23 +1802,27 @@ static inline bool gate_try(_Atomic uint32_t *c)
 /* Enters a section of driver calls on graphs, execs and their events that no instantiation
  * of cupool's may overlap (above); returns what gate_leave() takes (NULL: the gate is off).
  * Sections do not nest, and inside one this thread must not instantiate. */
-static _Atomic uint32_t *gate_enter(void)
+static __attribute__((noinline)) void gate_wait(_Atomic uint32_t *c)
+{
+    /* an instantiation is starting or running: wait for the gate to open, ahead of the next
+     * instantiation (see gate_waiters) */
+    atomic_fetch_add(&gate_waiters, 1);
+    do {
+        pthread_mutex_lock(&gate_mutex);
+        while (atomic_load(&inst_gate))
+            pthread_cond_wait(&gate_open, &gate_mutex);
+        pthread_mutex_unlock(&gate_mutex);
+    } while (!gate_try(c));
+    atomic_fetch_sub(&gate_waiters, 1);
+}
+
+static inline _Atomic uint32_t *gate_enter(void)
 {
     if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
         return NULL;
     _Atomic uint32_t *c = gate_count();
-    if (CUPOOL_UNLIKELY(!gate_try(c))) {
-        /* an instantiation is starting or running: wait for the gate to open, ahead of the
-         * next instantiation (see gate_waiters) */
-        atomic_fetch_add(&gate_waiters, 1);
-        do {
-            pthread_mutex_lock(&gate_mutex);
-            while (atomic_load(&inst_gate))
-                pthread_cond_wait(&gate_open, &gate_mutex);
-            pthread_mutex_unlock(&gate_mutex);
-        } while (!gate_try(c));
-        atomic_fetch_sub(&gate_waiters, 1);
-    }
+    if (CUPOOL_UNLIKELY(!gate_try(c)))
+        gate_wait(c);
     return c;
 }
 
@@ -1619,76 +1889,86 @@ static CUresult template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **n
 
 static bool kernel_same(const struct pnode *n, const struct pnode *o);
 
-/* Sets into the graph nodes gn[] every node of p that differs from the description it last
- * carried (old, with its argument bytes old_args): through the exec when exec is given
+/* Sets into the graph node gn node i of p if it differs from the description it last carried
+ * (o, with its argument bytes old_args): through the exec when exec is given
  * (cuGraphExec*SetParams: an update), else into a graph not instantiated yet (cuGraph*
- * SetParams). One driver call per changed node. *count: the nodes set. Stops at the first
- * error, which it returns (not recorded: the callers say what failed). */
+ * SetParams). One driver call if it differs (*set true then). Returns the driver's error (not
+ * recorded: the callers say what failed). */
+static CUresult node_set_changed(const struct cupool_pipeline *p, uint32_t i,
+                                 const struct pnode *o, const unsigned char *old_args,
+                                 CUgraphNode gn, CUgraphExec exec, CUcontext ctx, bool *set)
+{
+    const struct pnode *n = &p->nodes[i];
+    *set = false;
+    switch (n->type) {
+    case PN_KERNEL: {
+        const struct fninfo *fi = n->u.k.info;
+        if (kernel_same(n, o) &&
+            (!fi->bytes ||
+             memcmp(p->args + n->u.k.arg_off, old_args + o->u.k.arg_off, fi->bytes) == 0))
+            return CUDA_SUCCESS;
+        CUDA_KERNEL_NODE_PARAMS kp;
+        kernel_params(n, p->args, p->argv, &kp);
+        *set = true;
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(exec, gn, &kp))
+                    : CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(gn, &kp));
+    }
+    case PN_MEMSET: {
+        if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
+            return CUDA_SUCCESS;
+        CUDA_MEMSET_NODE_PARAMS mp;
+        memset_params(n, &mp);
+        *set = true;
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemsetNodeSetParams(exec, gn, &mp, ctx))
+                    : CUPOOL_DRV(cupool__drv.cuGraphMemsetNodeSetParams(gn, &mp));
+    }
+    case PN_MEMCPY: {
+        if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
+            return CUDA_SUCCESS;
+        CUDA_MEMCPY3D cp;
+        memcpy_params(n, &cp);
+        *set = true;
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemcpyNodeSetParams(exec, gn, &cp, ctx))
+                    : CUPOOL_DRV(cupool__drv.cuGraphMemcpyNodeSetParams(gn, &cp));
+    }
+    case PN_RECORD:
+        if (n->u.ev.ev == o->u.ev.ev)
+            return CUDA_SUCCESS;
+        *set = true;
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(exec, gn,
+                                                                               n->u.ev.ev))
+                    : CUPOOL_DRV(cupool__drv.cuGraphEventRecordNodeSetEvent(gn, n->u.ev.ev));
+    case PN_WAIT:
+        if (n->u.ev.ev == o->u.ev.ev)
+            return CUDA_SUCCESS;
+        *set = true;
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(exec, gn,
+                                                                             n->u.ev.ev))
+                    : CUPOOL_DRV(cupool__drv.cuGraphEventWaitNodeSetEvent(gn, n->u.ev.ev));
+    default: {
+        if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
+            return CUDA_SUCCESS;
+        CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
+        *set = true;
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(exec, gn, &hp))
+                    : CUPOOL_DRV(cupool__drv.cuGraphHostNodeSetParams(gn, &hp));
+    }
+    }
+}
+
+/* node_set_changed for every node of p (old[], old_args: the description the graph nodes
+ * gn[] last carried). *count: the nodes set. Stops at the first error, which it returns. */
 static CUresult nodes_set_changed(const struct cupool_pipeline *p, const struct pnode *old,
                                   const unsigned char *old_args, const CUgraphNode *gn,
                                   CUgraphExec exec, CUcontext ctx, uint64_t *count)
 {
     *count = 0;
     for (uint32_t i = 0; i < p->n; i++) {
-        const struct pnode *n = &p->nodes[i], *o = &old[i];
-        CUresult r;
-        switch (n->type) {
-        case PN_KERNEL: {
-            const struct fninfo *fi = n->u.k.info;
-            if (kernel_same(n, o) &&
-                (!fi->bytes ||
-                 memcmp(p->args + n->u.k.arg_off, old_args + o->u.k.arg_off, fi->bytes) == 0))
-                continue;
-            CUDA_KERNEL_NODE_PARAMS kp;
-            kernel_params(n, p->args, p->argv, &kp);
-            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(exec, gn[i], &kp))
-                     : CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(gn[i], &kp));
-            break;
-        }
-        case PN_MEMSET: {
-            if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
-                continue;
-            CUDA_MEMSET_NODE_PARAMS mp;
-            memset_params(n, &mp);
-            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemsetNodeSetParams(exec, gn[i], &mp, ctx))
-                     : CUPOOL_DRV(cupool__drv.cuGraphMemsetNodeSetParams(gn[i], &mp));
-            break;
-        }
-        case PN_MEMCPY: {
-            if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
-                continue;
-            CUDA_MEMCPY3D cp;
-            memcpy_params(n, &cp);
-            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemcpyNodeSetParams(exec, gn[i], &cp, ctx))
-                     : CUPOOL_DRV(cupool__drv.cuGraphMemcpyNodeSetParams(gn[i], &cp));
-            break;
-        }
-        case PN_RECORD:
-            if (n->u.ev.ev == o->u.ev.ev)
-                continue;
-            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(exec, gn[i],
-                                                                                n->u.ev.ev))
-                     : CUPOOL_DRV(cupool__drv.cuGraphEventRecordNodeSetEvent(gn[i], n->u.ev.ev));
-            break;
-        case PN_WAIT:
-            if (n->u.ev.ev == o->u.ev.ev)
-                continue;
-            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(exec, gn[i],
-                                                                              n->u.ev.ev))
-                     : CUPOOL_DRV(cupool__drv.cuGraphEventWaitNodeSetEvent(gn[i], n->u.ev.ev));
-            break;
-        default: {
-            if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
-                continue;
-            CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
-            r = exec ? CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(exec, gn[i], &hp))
-                     : CUPOOL_DRV(cupool__drv.cuGraphHostNodeSetParams(gn[i], &hp));
-            break;
-        }
-        }
+        bool set;
+        CUresult r = node_set_changed(p, i, &old[i], old_args, gn[i], exec, ctx, &set);
         if (r != CUDA_SUCCESS)
             return r;
-        ++*count;
+        *count += set;
     }
     return CUDA_SUCCESS;
 }
@@ -1911,23 +2191,62 @@ static struct gexec *exec_pick(struct gentry *e, CUstream stream)
  * differ for the same function once cupool_trim() has dropped the learnt layouts. */
 static bool kernel_same(const struct pnode *n, const struct pnode *o)
 {
-    return n->u.k.fn == o->u.k.fn && n->u.k.shmem == o->u.k.shmem &&
+    return n->u.k.fn == o->u.k.fn &&
            n->u.k.arg_off == o->u.k.arg_off &&
-           memcmp(n->u.k.grid, o->u.k.grid, sizeof n->u.k.grid) == 0 &&
-           memcmp(n->u.k.block, o->u.k.block, sizeof n->u.k.block) == 0;
+           memcmp(n->u.k.shape, o->u.k.shape, sizeof n->u.k.shape) == 0;
 }
 
-/* Updates the nodes of x that differ from the pipeline. Returns false if the driver refused. */
-static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
-                        uint64_t *updated, bool *unchanged)
+/* Copies node i of p (and its argument bytes) into x's snapshot. */
+static inline void snapshot_node(struct gexec *x, const struct cupool_pipeline *p, uint32_t i)
+{
+    const struct pnode *n = &p->nodes[i];
+    x->snap[i] = *n;
+    if (n->type == PN_KERNEL && n->u.k.info->bytes)
+        memcpy(x->snap_args + n->u.k.arg_off, p->args + n->u.k.arg_off, n->u.k.info->bytes);
+}
+
+/* Updates the nodes of x that differ from the pipeline: only the nodes marked since the
+ * pipeline's last launch when x ran that launch (tagged (p, p->gen)) and the structure is the
+ * same, bringing the snapshot up to date as it goes (*patched); else every node, compared
+ * with x's snapshot (which the caller then replaces). dirty: the description differs from
+ * the last launch's. *compared: the nodes compared. Returns false if the driver refused. */
+static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool dirty,
+                        bool same, uint64_t *updated, bool *unchanged, bool *patched,
+                        uint64_t *compared)
 {
     *updated = 0;
+    *compared = 0;
+    *patched = false;
+    bool last_own = x->snap_owner == p && x->snap_gen == p->gen;
     /* this exec last ran exactly this description: nothing to compare */
-    if (x->snap_owner == p && x->snap_gen == p->gen) {
+    if (last_own && !dirty) {
         *unchanged = true;
         return true;
     }
-    /* the common case, nothing changed: two comparisons for the whole pipeline */
+    *unchanged = false;
+    if (last_own && same && !p->all_dirty && p->alen == x->snap_alen) {
+        /* x holds the last launch's parameters: only the marked nodes can differ */
+        _Atomic uint32_t *gate = gate_enter();
+        CUresult r = CUDA_SUCCESS;
+        uint32_t words = (p->n + 63) / 64;
+        for (uint32_t w = 0; w < words && r == CUDA_SUCCESS; w++)
+            for (uint64_t bits = p->chg[w]; bits && r == CUDA_SUCCESS; bits &= bits - 1) {
+                uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+                bool set;
+                ++*compared;
+                r = node_set_changed(p, i, &x->snap[i], x->snap_args, x->nodes[i], x->exec,
+                                     e->ctx, &set);
+                if (r == CUDA_SUCCESS) {
+                    *updated += set;
+                    snapshot_node(x, p, i);
+                }
+            }
+        gate_leave(gate);
+        *patched = r == CUDA_SUCCESS;
+        return r == CUDA_SUCCESS;
+    }
+    /* every node: in the common case, nothing changed, two comparisons for the whole pipeline */
+    *compared = p->n;
     *unchanged = p->alen == x->snap_alen &&
                  memcmp(p->nodes, x->snap, p->n * sizeof(*p->nodes)) == 0 &&
                  (!p->alen || memcmp(p->args, x->snap_args, p->alen) == 0);
@@ -1937,6 +2256,19 @@ static bool exec_update(struct gentry *e, struct gexec *x, struct cupool_pipelin
     CUresult r = nodes_set_changed(p, x->snap, x->snap_args, x->nodes, x->exec, e->ctx, updated);
     gate_leave(gate);
     return r == CUDA_SUCCESS;
+}
+
+/* The launch consumed the description's marks: it is the last launch's from now on. */
+static void refill_launched(struct cupool_pipeline *p, bool dirty)
+{
+    if (dirty) {
+        p->gen++;
+        if (p->nchg)
+            memset(p->chg, 0, p->chgcap * sizeof(*p->chg));
+        p->nchg = 0;
+        p->all_dirty = false;
+    }
+    p->hw = p->n;
 }
 
 /* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order
@@ -2053,47 +2385,103 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
     return e;
 }
 
-/* A thread's slot for a signature hash on a stream. */
-static inline unsigned slot_index(uint64_t hash, CUstream stream)
+/* ---- a thread's hints: the exec it launched last, per signature and stream ----
+ * A repeat launch finds the entry and exec to claim here, without the cache lock. The table
+ * is set-associative, so that a thread alternating signatures on a stream, or one signature
+ * on several streams, keeps a hint for each: sets of HINT_WAYS hints, the set chosen by the
+ * (signature hash, stream) key. A full set replaces a hint whose entry was seen before the
+ * cache epoch moved (no claim can use it), else, while every way of the set has been used
+ * since the clock last passed it, the table doubles (up to HINT_SETS_MAX sets), else the way
+ * the set's clock comes to first without its reference bit. Allocated by the thread's first
+ * kept launch and kept with its cache (a later thread reusing the cache inherits the hints:
+ * they are only hints, each validated by the claim). Read and written only by the thread
+ * holding the cache; no stream in it is ever passed to the driver (compared only). */
+#define HINT_WAYS 8
+#define HINT_SETS_MIN 8   /* 64 hints, 3.6 KiB */
+#define HINT_SETS_MAX 256 /* 2048 hints, 114 KiB */
+
+struct ghint {
+    uint64_t hash;   /* the signature's */
+    CUstream stream; /* compared only */
+    struct gentry *entry;
+    struct gexec *exec;
+    uint64_t serial; /* the exec's when the hint was taken */
+    uint64_t epoch;  /* cache_epoch when the entry was found */
+};
+
+struct cupool__ghints {
+    uint32_t nsets;     /* a power of two */
+    uint64_t *tag;      /* [nsets][HINT_WAYS]: each hint's key | 1; 0: an empty way */
+    uint8_t *ref;       /* [nsets]: reference bits, a bit per way */
+    uint8_t *hand;      /* [nsets]: the clock's next way */
+    struct ghint *h;    /* [nsets][HINT_WAYS] */
+};
+
+static inline uint64_t hint_key(uint64_t hash, CUstream stream)
 {
     uint64_t k = hash ^ ((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15));
-    return (unsigned)((k ^ (k >> 29)) % CUPOOL_GSLOTS);
+    return k ^ (k >> 29);
 }
 
-/* The lock-free claim of a repeat launch (see the top of this file). The thread's slot for
+static inline uint32_t hint_set(const struct cupool__ghints *t, uint64_t key)
+{
+    return (uint32_t)(key >> 40) & (t->nsets - 1);
+}
+
+/* This thread's hint for hash on stream, or NULL. */
+static inline struct ghint *hint_find(struct cupool__ghints *t, uint64_t hash, CUstream stream)
+{
+    uint64_t key = hint_key(hash, stream);
+    uint32_t set = hint_set(t, key);
+    uint64_t tag = key | 1, *tags = &t->tag[(size_t)set * HINT_WAYS];
+    for (unsigned w = 0; w < HINT_WAYS; w++)
+        if (tags[w] == tag) {
+            struct ghint *h = &t->h[(size_t)set * HINT_WAYS + w];
+            if (CUPOOL_LIKELY(h->hash == hash && h->stream == stream)) {
+                if (!(t->ref[set] & (1u << w)))
+                    t->ref[set] |= (uint8_t)(1u << w);
+                return h;
+            }
+        }
+    return NULL;
+}
+
+/* The lock-free claim of a repeat launch (see the top of this file). The thread's hint for
  * `hash` on `stream` names an entry and exec; the exec is owned, the cache epoch then shown
  * unchanged (a Dekker handshake with entry_evict(), which moves the epoch on before it owns
  * an entry's execs), and the exec shown to be the same by its serial. Owning one of its execs
  * keeps the entry from being evicted, so the entry is not pinned: a repeat launch makes one
- * locked read-modify-write (the exec's claim). `known` is the entry of this signature as of
- * cache epoch known_epoch (a pipeline's last launch): then the slot must name it; without one
- * the entry's key is compared once the exec is held. Returns the entry, unpinned, with *x
- * owned, or NULL (then nothing is held) for the locked path. */
-static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
-                                 const struct gentry *known, uint64_t known_epoch,
-                                 unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
-                                 CUstream stream, struct gexec **x)
+ * locked read-modify-write (the exec's claim). The entry's key (context, signature words
+ * sig[0 .. nsig-1]) is compared once the exec is held, unless the entry is `known`: the
+ * entry of this signature as of cache epoch known_epoch (a pipeline's last launch), and the
+ * hint's as of the same epoch. Returns the entry, unpinned, with *x owned and *epoch the
+ * epoch it was found at, or NULL (then nothing is held) for the locked path. */
+static inline __attribute__((always_inline)) struct gentry *
+fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
+           uint64_t known_epoch, unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
+           CUstream stream, struct gexec **x, uint64_t *epoch)
 {
-    struct cupool__gslot *s = &tc->gslots[slot_index(hash, stream)];
-    struct gentry *e = s->entry;
-    if (!e || s->hash != hash || s->stream != stream || stream == CU_STREAM_PER_THREAD ||
-        (known && (e != known || known_epoch != s->epoch)))
+    struct cupool__ghints *t = tc->ghints;
+    struct ghint *s = t ? hint_find(t, hash, stream) : NULL;
+    if (!s || stream == CU_STREAM_PER_THREAD)
         return NULL;
+    struct gentry *e = s->entry;
+    bool trusted = known == e && known_epoch == s->epoch;
     /* the entry and exec may be free structs now: touched only inside a read section, so
      * cupool_trim() returns free structs to the allocator only once no claim is inside one */
     cupool__read_enter(tc);
-    /* the slot may outlive its structs: cupool_trim() moves the epoch on before it frees any */
+    /* the hint may outlive its structs: cupool_trim() moves the epoch on before it frees any */
     struct gexec *c = s->exec;
     bool got = atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED) == s->epoch && exec_own(c);
     if (got) {
         /* owned, then the epoch: an eviction of e that began before the claim shows here;
          * one that begins after it finds the exec owned and gives up. With the epoch
-         * unchanged since the slot was filled, e was never freed; with the serial, c is
-         * still the exec of e that this slot saw. */
+         * unchanged since the hint was taken, e was never freed; with the serial, c is
+         * still the exec of e that this hint saw. */
         got = atomic_load(&cache_epoch) == s->epoch && c->entry == e &&
               c->serial == s->serial && c->launched && c->last_stream == stream &&
-              (known || (e->ctx_id == ctx_id && e->nsig == nsig &&
-                         memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0));
+              (trusted || (e->ctx_id == ctx_id && e->nsig == nsig &&
+                           memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0));
         if (!got)
             exec_disown(c);
     }
@@ -2103,24 +2491,112 @@ static struct gentry *fast_claim(struct cupool__tcache *tc, uint64_t hash,
     entry_touch(e);
     cupool__counter_inc(&tc->graph_hits);
     *x = c;
+    *epoch = s->epoch;
     return e;
 }
 
-/* Remembers, in this thread's slot for hash on stream, the entry and exec a launch just kept (entry seen
- * at cache epoch `epoch`, exec of serial `serial`). */
-static void slot_fill(uint64_t hash, CUstream stream, struct gentry *e, struct gexec *x,
-                      uint64_t serial, uint64_t epoch)
+static void hints_free(struct cupool__ghints *t)
+{
+    size_t n = (size_t)t->nsets * HINT_WAYS;
+    cupool__free(t->tag, n * sizeof(*t->tag));
+    cupool__free(t->h, n * sizeof(*t->h));
+    cupool__free(t->ref, t->nsets);
+    cupool__free(t->hand, t->nsets);
+}
+
+/* Gives t nsets empty sets (its old arrays are the caller's to free). */
+static bool hints_alloc(struct cupool__ghints *t, uint32_t nsets)
+{
+    size_t n = (size_t)nsets * HINT_WAYS;
+    struct cupool__ghints fresh = {nsets, cupool__alloc(n * sizeof(*t->tag)),
+                                   cupool__alloc(nsets), cupool__alloc(nsets),
+                                   cupool__alloc(n * sizeof(*t->h))};
+    if (!fresh.tag || !fresh.ref || !fresh.hand || !fresh.h) {
+        cupool__free(fresh.tag, n * sizeof(*t->tag));
+        cupool__free(fresh.h, n * sizeof(*t->h));
+        cupool__free(fresh.ref, nsets);
+        cupool__free(fresh.hand, nsets);
+        return false;
+    }
+    memset(fresh.tag, 0, n * sizeof(*t->tag));
+    memset(fresh.ref, 0, nsets);
+    memset(fresh.hand, 0, nsets);
+    *t = fresh;
+    return true;
+}
+
+static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool grow_ok);
+
+/* Doubles the table, keeping every hint. False (nothing changed) when out of memory. */
+static bool hints_grow(struct cupool__ghints *t)
+{
+    struct cupool__ghints old = *t;
+    if (!hints_alloc(t, old.nsets * 2))
+        return false;
+    for (size_t i = 0; i < (size_t)old.nsets * HINT_WAYS; i++)
+        if (old.tag[i])
+            hint_store(t, &old.h[i], false);
+    hints_free(&old);
+    return true;
+}
+
+/* Stores h in its set (see the top of this section). */
+static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool grow_ok)
+{
+    uint64_t key = hint_key(h->hash, h->stream), tag = key | 1;
+    uint32_t set = hint_set(t, key);
+    uint64_t *tags = &t->tag[(size_t)set * HINT_WAYS];
+    struct ghint *hs = &t->h[(size_t)set * HINT_WAYS];
+    unsigned way = HINT_WAYS;
+    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
+        if (tags[w] == tag && hs[w].hash == h->hash && hs[w].stream == h->stream)
+            way = w;
+    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
+        if (!tags[w])
+            way = w;
+    uint64_t now = atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED);
+    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
+        if (hs[w].epoch != now)
+            way = w; /* stale: no claim can use it */
+    if (way == HINT_WAYS && grow_ok && t->ref[set] == (1u << HINT_WAYS) - 1 &&
+        t->nsets < HINT_SETS_MAX && hints_grow(t)) {
+        hint_store(t, h, false);
+        return;
+    }
+    while (way == HINT_WAYS) {
+        unsigned w = t->hand[set];
+        t->hand[set] = (uint8_t)((w + 1) % HINT_WAYS);
+        if (t->ref[set] & (1u << w))
+            t->ref[set] &= (uint8_t)~(1u << w);
+        else
+            way = w;
+    }
+    tags[way] = tag;
+    t->ref[set] |= (uint8_t)(1u << way);
+    hs[way] = *h;
+}
+
+/* Remembers, in this thread's hints, the entry and exec a launch on stream just kept (entry
+ * seen at cache epoch `epoch`, exec of serial `serial`). */
+static void hint_put(uint64_t hash, CUstream stream, struct gentry *e, struct gexec *x,
+                     uint64_t serial, uint64_t epoch)
 {
     struct cupool__tcache *tc = cupool__tcache_self();
     if (!tc)
         return;
-    struct cupool__gslot *s = &tc->gslots[slot_index(hash, stream)];
-    s->hash = hash;
-    s->stream = stream;
-    s->entry = e;
-    s->exec = x;
-    s->serial = serial;
-    s->epoch = epoch;
+    struct cupool__ghints *t = tc->ghints;
+    if (CUPOOL_UNLIKELY(!t)) {
+        t = cupool__alloc(sizeof(*t));
+        if (!t)
+            return; /* no hints: launches take the locked path */
+        if (!hints_alloc(t, HINT_SETS_MIN)) {
+            cupool__free(t, sizeof(*t));
+            return;
+        }
+        tc->ghints = t;
+    }
+    struct ghint h = {hash, stream, e, x, serial, epoch};
+    hint_store(t, &h, true);
 }
 
 /* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
@@ -2192,7 +2668,8 @@ static void exec_unreserve(struct gentry *e)
 
 /* Launches x on stream and, for an entry serving several streams, records its completion.
  * *recorded says whether the completion event now stands for this launch. */
-static CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream, bool *recorded)
+static inline CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream,
+                                   bool *recorded)
 {
     *recorded = false;
     _Atomic uint32_t *gate = gate_enter();
@@ -2207,6 +2684,19 @@ static CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream, 
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuGraphLaunch failed");
     return CUDA_SUCCESS;
+}
+
+/* Node parameters a launch compared with its exec's: this thread's counter. */
+static _Atomic uint64_t st_compared; /* of threads without a cache */
+static inline void count_compared(uint64_t n)
+{
+    if (!n)
+        return;
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(tc != NULL))
+        cupool__counter_add(&tc->graph_compared, n);
+    else
+        atomic_fetch_add_explicit(&st_compared, n, CUPOOL_RELAXED);
 }
 
 static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
@@ -2280,8 +2770,9 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
                             "cupool_pipeline_launch: a node could not be added (error %d) since "
                             "the last cupool_pipeline_reset: the description is incomplete",
                             (int)p->add_error);
-    CUresult r = cupool__enter();
-    if (r != CUDA_SUCCESS)
+    CUresult r;
+    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING) &&
+        (r = cupool__enter()) != CUDA_SUCCESS)
         return r;
     if (!argv_room(p))
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to launch a pipeline");
@@ -2311,15 +2802,17 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     }
     uint64_t hash = p->last_hash;
     size_t nsig = p->last_nsig;
+    /* the description differs from the last launch's (its parameters: marked as added) */
+    bool dirty = !same || p->all_dirty || p->nchg;
 
     uint64_t inst = 0, failures = 0, epoch = p->last_epoch;
     struct gexec *x;
     /* the entry the last launch used, while the cache's epoch holds */
     struct gentry *known = p->last_ctx_id == ctx_id ? p->last_entry : NULL;
     struct cupool__tcache *tc = cupool__tl;
-    struct gentry *e = known && tc ? fast_claim(tc, hash, known, epoch, ctx_id, NULL, 0, stream, &x)
-                                   : NULL;
-    bool fast = e != NULL; /* then this thread's slot already names e and x */
+    struct gentry *e =
+        tc ? fast_claim(tc, hash, known, epoch, ctx_id, p->sig, nsig, stream, &x, &epoch) : NULL;
+    bool fast = e != NULL; /* then this thread's hint already names e and x */
     if (!fast)
         e = entry_claim(known, hash, ctx_id, p->sig, nsig, stream, &x, &epoch);
     if (!e) {
@@ -2347,9 +2840,9 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         inst++;
     }
 
-    uint64_t updated = 0;
-    bool unchanged = false;
-    if (!exec_update(e, x, p, &updated, &unchanged)) {
+    uint64_t updated = 0, compared = 0;
+    bool unchanged = false, patched = false;
+    if (!exec_update(e, x, p, dirty, same, &updated, &unchanged, &patched, &compared)) {
         /* the driver refused an update (on the H200 an event node whose event was destroyed
          * since is refused): instantiate this exec afresh, from a fresh clone (the old one has
          * a launched exec, see exec_new_of) carrying this launch's parameters */
@@ -2371,7 +2864,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         }
         inst++;
         updated = 0;
-        unchanged = false; /* the snapshot below records this launch's parameters */
+        unchanged = patched = false; /* the snapshot below records this launch's parameters */
         x->snap_owner = NULL;
         x->launched = false;
         if (r != CUDA_SUCCESS)
@@ -2387,17 +2880,20 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id);
         x->exec = NULL;
     }
-    /* the exec now holds the pipeline's parameters (unless they were already its own) */
-    bool keep = !one_off && x->exec != NULL && (unchanged || snapshot(x, p));
+    /* the exec now holds the pipeline's parameters (unless they were already its own, or the
+     * update brought its snapshot up to date) */
+    bool keep = !one_off && x->exec != NULL && (unchanged || patched || snapshot(x, p));
     if (keep) {
         x->snap_owner = p;
-        x->snap_gen = p->gen;
+        x->snap_gen = dirty ? p->gen + 1 : p->gen;
     }
+    refill_launched(p, dirty);
     uint64_t serial = x->serial; /* read while owned */
     count_launch(inst, failures, updated);
+    count_compared(compared);
     exec_done(e, x, keep, stream, launched, recorded, !fast);
     if (keep && launched && !fast)
-        slot_fill(hash, stream, e, x, serial, epoch);
+        hint_put(hash, stream, e, x, serial, epoch);
     graves_maybe_reap();
     return r;
 }
@@ -2410,14 +2906,18 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&st_eager, CUPOOL_RELAXED);
-    uint64_t fast = 0, updates = 0, nodes = 0; /* counted by each thread */
+    uint64_t fast = 0, updates = 0, nodes = 0, compared = 0; /* counted by each thread */
     for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
         fast += atomic_load_explicit(&tc->graph_hits, CUPOOL_RELAXED);
         updates += atomic_load_explicit(&tc->graph_updates, CUPOOL_RELAXED);
         nodes += atomic_load_explicit(&tc->graph_nodes_updated, CUPOOL_RELAXED);
+        compared += atomic_load_explicit(&tc->graph_compared, CUPOOL_RELAXED);
     }
+    stats->claims_lock_free = fast;
+    stats->nodes_compared = compared + atomic_load_explicit(&st_compared, CUPOOL_RELAXED);
     pthread_mutex_lock(&cache_lock);
     stats->launches = st_launches + fast;
+    stats->claims_locked = st_launches;
     stats->hits = st_hits + fast;
     stats->misses = st_misses;
     stats->instantiations = atomic_load_explicit(&st_inst, CUPOOL_RELAXED);
@@ -2468,7 +2968,7 @@ void cupool__graph_cache_trim(void)
     graves_reap(true); /* everything buried, now (trim may wait) */
     pthread_mutex_lock(&cache_lock);
     /* free structs back to the allocator, once no lock-free claim can be touching one: the
-     * epoch moves on (every thread's slot is stale from now on), then a grace period lets
+     * epoch moves on (every thread's hint is stale from now on), then a grace period lets
      * claims that read the old epoch finish */
     struct gentry *fe = free_entries;
     struct gexec *fx = free_execs;
@@ -2617,8 +3117,9 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     uint64_t epoch = 0, inst = 0;
     struct gexec *x;
     struct cupool__tcache *tc = cupool__tl;
-    struct gentry *e = tc ? fast_claim(tc, hash, NULL, 0, ctx_id, sig, 2, stream, &x) : NULL;
-    bool fast = e != NULL; /* then this thread's slot already names e and x */
+    struct gentry *e =
+        tc ? fast_claim(tc, hash, NULL, 0, ctx_id, sig, 2, stream, &x, &epoch) : NULL;
+    bool fast = e != NULL; /* then this thread's hint already names e and x */
     if (!fast)
         e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
     CUgraph fresh_graph = NULL;
@@ -2728,7 +3229,7 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     count_launch(inst, failures, 0);
     exec_done(e, x, keep, stream, launched, recorded, !fast);
     if (keep && launched && !fast)
-        slot_fill(hash, stream, e, x, serial, epoch);
+        hint_put(hash, stream, e, x, serial, epoch);
     graves_maybe_reap();
     return r;
 }

@@ -1843,6 +1843,44 @@ static struct cupool__cc_entry *cc_victim(struct cupool__cc_entry *set, unsigned
     return &set[0];
 }
 
+/*
+ * A hit on the top of this thread's magazine for class index `index`, when the record there
+ * carries `gen32` (its class's incarnation: see struct cupool__handle) and is a clean idle
+ * handle, or a stream released unvouched that cuStreamIsCapturing finds idle. 1: handed out;
+ * 0: not a hit (the caller takes its general path, which decides everything again); -1: that
+ * stream's check failed or found it capturing (the caller goes straight to acquire_general,
+ * which checks it once more and disposes of it or returns the error).
+ * No read section is needed: the magazine is this thread's, records are type-stable, and a
+ * class with a registered record is never reclaimed.
+ */
+__attribute__((always_inline)) static inline int slot_hit(struct cupool__tcache *tc, uint32_t index,
+                                                          uint32_t gen32, void **out)
+{
+    struct cupool__slot *s = slot_of(tc, index);
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    if (CUPOOL_UNLIKELY(m == NULL || s->count == 0))
+        return 0;
+    struct cupool__mag_item it = m->items[s->count - 1];
+    struct cupool__handle *rec = it.rec;
+    uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
+    if (CUPOOL_UNLIKELY(rec->gen != gen32))
+        return 0;
+    if (st == CUPOOL_H_IDLE_UNCHECKED) {
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs)) != CUDA_SUCCESS ||
+            cs != CU_STREAM_CAPTURE_STATUS_NONE)
+            return -1;
+    } else if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE)) {
+        return 0;
+    }
+    s->count--;
+    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+    cupool__counter_inc(&s->acquires);
+    tc->last = rec;
+    *out = it.handle;
+    return 1;
+}
+
 /* The current-context acquire past a class-cache hit: the class lookup (creating it the first
  * time) and the cache entry, inside a read section. */
 __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupool__class_ops *ops,
@@ -1896,10 +1934,15 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
         if (!cc_match(e, id, key))
             e++; /* way 1 */
         if (CUPOOL_LIKELY(cc_match(e, id, key))) {
+            int hit = 0;
+            if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING) &&
+                (hit = slot_hit(tc, e->index, (uint32_t)e->gen, out)) > 0)
+                return CUDA_SUCCESS;
             cupool__read_enter(tc);
             /* the struct may have been reclaimed and reused for another class since */
             if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {
-                r = acquire_from_slot(e->cls, e->index, true, out);
+                r = hit < 0 ? acquire_general(e->cls, true, out)
+                            : acquire_from_slot(e->cls, e->index, true, out);
                 cupool__read_leave(tc);
                 if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
                     return r;
@@ -2113,8 +2156,20 @@ static inline CUresult pool_ctx_check(struct cupool__class *cls)
     return pool_ctx_refused(cls);
 }
 
+/* The general explicit-pool acquire, inside a read section; `vetted` (the hit path found the
+ * top stream's capture check failing): straight to acquire_general, which checks it again. */
+static CUresult pool_acquire_as(const void *pool, const struct cupool__class_ops *ops,
+                                void **out, bool vetted);
+
 static inline CUresult pool_acquire(const void *pool, const struct cupool__class_ops *ops,
                                     void **out)
+{
+    return pool_acquire_as(pool, ops, out, false);
+}
+
+__attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
+                                                          const struct cupool__class_ops *ops,
+                                                          void **out, bool vetted)
 {
     struct cupool__tcache *rtc = cupool__tl;
     cupool__read_enter(rtc);
@@ -2128,21 +2183,60 @@ static inline CUresult pool_acquire(const void *pool, const struct cupool__class
     else if (!promised && (r = pool_ctx_check(cls)) != CUDA_SUCCESS)
         ;
     else
-        r = acquire_from(cls, false, out);
+        r = vetted ? acquire_general(cls, false, out) : acquire_from(cls, false, out);
     cupool__read_leave(rtc);
     return r;
 }
 
+/*
+ * The explicit-pool hit without a read section and without the class table's decoding: the
+ * pool value names (index, gen); the class struct at that index is type-stable, so its gen,
+ * alive and context fields may be read at any time, and whatever this reads of a struct reused
+ * meanwhile is caught by the record: the top of the thread's magazine for that index must carry
+ * the pool's gen, and a class with a record registered (that one) is never reclaimed. So a
+ * match proves the handle is this pool's, of a class that was live when its gen was read. A
+ * non-promised pool checks its context (cuCtxGetId) and a stream released unvouched is vetted
+ * (cuStreamIsCapturing), as on the general path; anything else goes there.
+ * (A false match needs 2^32 reuses of one class index between two acquires.)
+ */
+__attribute__((always_inline)) static inline CUresult
+pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, void **out)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != pool_tag(ops) ||
+                        cupool__state_now() != CUPOOL_ST_RUNNING))
+        return pool_acquire(pool, ops, out);
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
+    uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
+    if (CUPOOL_UNLIKELY(cls == NULL ||
+                        (atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE) &
+                         (UINT64_MAX >> POOL_GEN_SHIFT)) != gen ||
+                        !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE)))
+        return pool_acquire(pool, ops, out);
+    if (!(v & POOL_PROMISED)) {
+        unsigned long long id = 0;
+        CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
+        if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
+            return pool_acquire(pool, ops, out); /* says why, with the class held */
+    }
+    int hit = slot_hit(tc, index, (uint32_t)gen, out);
+    if (CUPOOL_LIKELY(hit > 0))
+        return CUDA_SUCCESS;
+    return pool_acquire_as(pool, ops, out, hit < 0);
+}
+
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
 {
-    CUresult r = pool_acquire(pool, &cupool__stream_ops, (void **)stream);
+    CUresult r = pool_acquire_hit(pool, &cupool__stream_ops, (void **)stream);
     cupool__reclaim_if_due();
     return r;
 }
 
 CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event)
 {
-    CUresult r = pool_acquire(pool, &cupool__event_ops, (void **)event);
+    CUresult r = pool_acquire_hit(pool, &cupool__event_ops, (void **)event);
     cupool__reclaim_if_due();
     return r;
 }
@@ -2167,6 +2261,35 @@ static inline CUresult pool_release(const void *pool, const struct cupool__class
     return release_handle(ops, cls, h, idle_state);
 }
 
+/* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
+ * matched by the record's index and gen against the pool value (see pool_acquire_hit): no
+ * read section, no load from the class. Anything else goes the general way. */
+__attribute__((always_inline)) static inline CUresult
+pool_release_hit(const void *pool, const struct cupool__class_ops *ops, void *h,
+                 uint32_t idle_state)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
+                      (v & 0xfu) == pool_tag(ops) && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+        uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+        if (CUPOOL_LIKELY(rec->index == index && rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
+                          rec->kind == (uint32_t)ops->kind &&
+                          atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED)) {
+            struct cupool__slot *s = slot_of(tc, index);
+            struct cupool__magazine *m = s ? s->loaded : NULL;
+            if (CUPOOL_LIKELY(m != NULL && s->count < cupool__mag_capacity)) {
+                atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+                m->items[s->count++] = (struct cupool__mag_item){rec, h};
+                cupool__counter_inc(&s->releases);
+                return CUDA_SUCCESS;
+            }
+        }
+    }
+    return pool_release(pool, ops, h, idle_state);
+}
+
 CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,
                                     unsigned int release_flags)
 {
@@ -2174,14 +2297,14 @@ CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             "cupool_stream_pool_release: unknown release flags 0x%x",
                             release_flags);
-    return pool_release(pool, &cupool__stream_ops, stream,
+    return pool_release_hit(pool, &cupool__stream_ops, stream,
                         (release_flags & CUPOOL_RELEASE_NOT_CAPTURING) ? CUPOOL_H_IDLE
                                                                         : CUPOOL_H_IDLE_UNCHECKED);
 }
 
 CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
 {
-    return pool_release(pool, &cupool__event_ops, event, CUPOOL_H_IDLE);
+    return pool_release_hit(pool, &cupool__event_ops, event, CUPOOL_H_IDLE);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -111,6 +111,13 @@ static inline uint32_t cupool__class_index(const struct cupool__class *cls)
     return cls ? cls->index : 0;
 }
 
+/* The low 32 bits of a class's generation, as records carry it. A record's class is never
+ * reclaimed while the record is registered, so a live record's gen is its class's now. */
+static inline uint32_t cupool__class_gen32(const struct cupool__class *cls)
+{
+    return cls ? (uint32_t)atomic_load_explicit(&cls->gen, memory_order_relaxed) : 0;
+}
+
 static inline uint32_t cupool__class_kind(const struct cupool__class *cls)
 {
     return cls ? (uint32_t)cls->ops->kind : 0;
@@ -146,14 +153,11 @@ struct cupool__cc_entry {
     uint32_t index; /* cls->index, one load less on the fast path */
 };
 
-/* A thread's memory of one graph-cache launch (a signature on a stream): the entry and exec
- * it used, for a lock-free claim of the same exec next time (src/pipeline.c, fast_claim).
- * Only a hint, validated before use. */
-#define CUPOOL_GSLOTS 8
-struct cupool__gslot {
-    uint64_t hash, epoch, serial;
-    void *stream, *entry, *exec;
-};
+/* A thread's memories of its graph-cache launches (src/pipeline.c, struct cupool__ghints):
+ * per signature and stream, the entry and exec it used last, for a lock-free claim of the
+ * same exec next time. Only hints, validated before use; allocated by the thread's first
+ * graph launch, read and written by the thread that holds the cache alone. */
+struct cupool__ghints;
 
 /* Per-thread state. Type-stable: kept on a global list and reused by later threads, so the
  * statistics reader can always walk it. */
@@ -183,9 +187,10 @@ struct cupool__tcache {
     /* 1 while this thread is inside a gated section of graph driver calls (pipeline.c: the
      * instantiation gate), written by its thread with a plain store. */
     _Atomic uint32_t in_launch;
-    struct cupool__gslot gslots[CUPOOL_GSLOTS];
-    _Atomic uint64_t graph_hits; /* graph-cache hits claimed through gslots */
+    struct cupool__ghints *ghints;
+    _Atomic uint64_t graph_hits; /* graph-cache hits claimed through ghints, without the lock */
     _Atomic uint64_t graph_updates, graph_nodes_updated; /* this thread's exec updates */
+    _Atomic uint64_t graph_compared; /* node parameters its launches compared with an exec's */
 };
 
 extern CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;

@@ -163,6 +163,7 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
         atomic_store_explicit(&rec->cls, cls, CUPOOL_RELAXED);
         rec->index = cupool__class_index(cls);
         rec->kind = cupool__class_kind(cls);
+        rec->gen = cupool__class_gen32(cls);
         rec->next_free = NULL;
         atomic_store_explicit(&rec->state, state, CUPOOL_RELAXED);
         atomic_store_explicit(&rec->handle, handle, CUPOOL_RELAXED);

@@ -32,6 +32,9 @@ struct cupool__handle {
     _Atomic uint32_t state;               /* enum cupool__handle_state */
     uint32_t index;                       /* copies of the class's index and kind, so a */
     uint32_t kind;                        /* release needs no load from the class */
+    uint32_t gen;                         /* the low 32 bits of the class's gen at insert: an
+                                             explicit pool (index, gen) matches its handles
+                                             without loading the class (pool.c) */
     struct cupool__handle *next_free;     /* free list, under the registry mutex */
 };
 

@@ -125,7 +125,7 @@ END_TEST
 
 START_TEST(repeated_bursts_reach_a_steady_state)
 {
-    tu_setup();
+    setup_decay("1000"); /* the test's clock: no decay tick during the test */
     churn(1024); /* warm-up: the burst's handles are created once */
     cupool_class_stats_t st0 = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
     printf("warm-up: creates %llu misses-or-prewarm, dropped %llu, destroys %llu\n",
@@ -199,7 +199,7 @@ static void handoff(long total)
 
 START_TEST(handoff_reaches_a_steady_state)
 {
-    tu_setup();
+    setup_decay("1000"); /* the test's clock: no decay tick during the test */
     /* The acquiring thread misses only when every stream is in flight (at most RING) or in
      * the releasing thread's two magazines (at most 2 x 16): so the class never holds more
      * than RING + 32 + 1 streams, however long the hand-off runs, and nothing is destroyed. */
@@ -220,7 +220,7 @@ END_TEST
 
 START_TEST(dropin_batches_reach_a_steady_state)
 {
-    tu_setup();
+    setup_decay("1000"); /* the test's clock: no decay tick during the test */
     enum { N = 1000 };
     static CUstream s[N];
     uint64_t creates0 = 0;
@@ -262,21 +262,23 @@ START_TEST(growth_after_warm_up_is_created_ahead)
 {
     setup_decay("1000");
     churn(16);
-    tick(); /* the class is past its warm-up */
-    /* demand grows: the misses ask for a reserve, the maintenance thread creates it */
-    churn(64);
-    ck_assert(cupool__maint_flush(FLUSH_NS));
-    ck_assert(cupool__maint_flush(FLUSH_NS));
+    tick(); /* the class is past its warm-up: its working set is 16 */
+    CUstream held[64];
+    for (int i = 0; i < 17; i++) /* the 17th misses: demand grows */
+        TU_OK(cupool_stream_acquire(&held[i], CU_STREAM_NON_BLOCKING, 0));
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* the maintenance thread fills a reserve */
     cupool_maintenance_stats_t m = mstats();
-    ck_assert_uint_ge(m.background_creates, 16);
+    ck_assert_uint_ge(m.background_creates, 32);
     cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
     ck_assert_uint_eq(st.creates, m.background_creates + m.request_creates);
-    /* the next growth of that size is served from the reserve */
+    /* more growth is served from it: no create on this thread */
     unsigned long mine = here_calls();
-    uint64_t req = m.request_creates;
-    churn((int)(64 + m.background_creates > 1024 ? 1024 : 64 + m.background_creates / 2));
-    ck_assert_uint_eq(mstats().request_creates, req);
+    for (int i = 17; i < 17 + 32; i++)
+        TU_OK(cupool_stream_acquire(&held[i], CU_STREAM_NON_BLOCKING, 0));
+    ck_assert_uint_eq(mstats().request_creates, m.request_creates);
     ck_assert_uint_eq(here_calls(), mine);
+    for (int i = 0; i < 17 + 32; i++)
+        TU_OK(cupool_stream_release(held[i]));
 }
 END_TEST
 

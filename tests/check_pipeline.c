@@ -1025,6 +1025,452 @@ START_TEST(failed_capture_end_never_leaves_the_stream_capturing)
 }
 END_TEST
 
+
+/* ---- lock-free claims: alternating signatures, many streams, threads ---- */
+
+/* Signature sig of n kernels into counter `slot`: node i sets the counter to v where bit i of
+ * sig is set, adds v elsewhere (so the signatures differ, and the result tells which ran). */
+static void fill_alt(cupool_pipeline_t p, int sig, int n, int slot, unsigned v)
+{
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr ptr = mem + 4 * (CUdeviceptr)slot;
+    void *args[] = {&ptr, &v};
+    for (int i = 0; i < n; i++)
+        TU_OK(cupool_pipeline_kernel(p, (sig >> i) & 1 ? k.set_u32 : k.add_u32, 1, 1, 1, 1, 1, 1,
+                                     0, args, NULL));
+}
+
+/* What signature sig of n kernels leaves in a counter that held c, with value v. */
+static unsigned alt_result(int sig, int n, unsigned c, unsigned v)
+{
+    for (int i = 0; i < n; i++)
+        c = (sig >> i) & 1 ? v : c + v;
+    return c;
+}
+
+/* Claims made since `before`: locked and lock-free. */
+static void claims_since(cupool_graph_stats_t before, uint64_t *locked, uint64_t *lock_free)
+{
+    cupool_graph_stats_t now = gstats();
+    *locked = now.claims_locked - before.claims_locked;
+    *lock_free = now.claims_lock_free - before.claims_lock_free;
+    ck_assert_uint_eq(now.launches - before.launches, *locked + *lock_free);
+}
+
+/* A thread alternating 16 signatures on one stream, three ways: a pipeline each, relaunched
+ * unchanged; a pipeline each, described per request; one pipeline described per request with
+ * each structure in turn. Once each signature has launched once, every launch claims its exec
+ * without the cache lock. */
+START_TEST(alternating_signatures_claim_lock_free)
+{
+    enum { S = 16, N = 5, ROUNDS = 4 };
+    cupool_pipeline_t p[S], one;
+    for (int i = 0; i < S; i++)
+        TU_OK(cupool_pipeline_create(&p[i]));
+    TU_OK(cupool_pipeline_create(&one));
+    unsigned expect[3] = {0, 0, 0};
+    for (int way = 0; way < 3; way++) {
+        int slot = 24 + way;
+        for (int round = 0; round <= ROUNDS; round++) {
+            cupool_graph_stats_t before = gstats();
+            for (int i = 0; i < S; i++) {
+                unsigned v = (unsigned)(1 + i + round);
+                cupool_pipeline_t q = way == 2 ? one : p[i];
+                if (way > 0 || round == 0)
+                    fill_alt(q, i, N, slot, v);
+                else /* unchanged: the same arguments as the first round's */
+                    v = (unsigned)(1 + i);
+                TU_OK(cupool_pipeline_launch(q, s1));
+                expect[way] = alt_result(i, N, expect[way], v);
+            }
+            uint64_t locked, lock_free;
+            claims_since(before, &locked, &lock_free);
+            if (round > 0) { /* every signature has an exec on s1, named in the thread's hints */
+                ck_assert_msg(locked == 0, "way %d round %d: %llu of %d claims took the lock", way,
+                              round, (unsigned long long)locked, S);
+                ck_assert_uint_eq(lock_free, S);
+            }
+            ck_assert_uint_eq(counter(slot), expect[way]);
+        }
+    }
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.entries, S);
+    ck_assert_uint_eq(st.execs, S); /* one per signature: one stream */
+    ck_assert_uint_eq(st.instantiations, S);
+    for (int i = 0; i < S; i++)
+        TU_OK(cupool_pipeline_destroy(p[i]));
+    TU_OK(cupool_pipeline_destroy(one));
+}
+END_TEST
+
+/* Captures alternating keys on one stream: replays claim without the lock too. */
+START_TEST(alternating_capture_keys_claim_lock_free)
+{
+    enum { KEYS = 12 };
+    struct cap_args a[KEYS];
+    for (int i = 0; i < KEYS; i++)
+        a[i] = (struct cap_args){0, 1, (unsigned)(i + 1), 23, CUDA_SUCCESS};
+    for (int round = 0; round < 3; round++) {
+        cupool_graph_stats_t before = gstats();
+        for (int i = 0; i < KEYS; i++)
+            TU_OK(cupool_capture_launch(200 + (uint64_t)i, s1, captured_work, &a[i],
+                                        CUPOOL_CAPTURE_REPLAY));
+        uint64_t locked, lock_free;
+        claims_since(before, &locked, &lock_free);
+        if (round > 0)
+            ck_assert_uint_eq(locked, 0);
+    }
+    for (int i = 0; i < KEYS; i++)
+        ck_assert_int_eq(a[i].calls, 1);
+    ck_assert_uint_eq(counter(23), 3 * KEYS * (KEYS + 1) / 2);
+}
+END_TEST
+
+/* One signature launched on K streams in turn: an exec per stream, each claimed without the
+ * lock once the stream has launched it. */
+static void streams_in_turn(int K)
+{
+    CUstream st[16];
+    ck_assert_int_le(K, 16);
+    for (int i = 0; i < K; i++)
+        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int round = 0; round < 4; round++) {
+        cupool_graph_stats_t before = gstats();
+        for (int i = 0; i < K; i++) {
+            fill_chain(p, 3, 28, 1, 0);
+            TU_OK(cupool_pipeline_launch(p, st[i]));
+        }
+        uint64_t locked, lock_free;
+        claims_since(before, &locked, &lock_free);
+        if (round > 0)
+            ck_assert_msg(locked == 0, "round %d: %llu of %d claims took the lock", round,
+                          (unsigned long long)locked, K);
+    }
+    ck_assert_uint_eq(counter(28), 4 * (unsigned)K * 3);
+    cupool_graph_stats_t s = gstats();
+    ck_assert_uint_eq(s.execs, (unsigned)K);
+    ck_assert_uint_eq(s.instantiations, (unsigned)K);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    TU_OK(cupool_pipeline_destroy(p));
+    for (int i = 0; i < K; i++)
+        TU_OK(tu.cuStreamDestroy(st[i]));
+}
+
+START_TEST(one_signature_on_eight_streams_claims_lock_free)
+{
+    streams_in_turn(8);
+}
+END_TEST
+
+START_TEST(one_signature_on_twelve_streams_claims_lock_free)
+{
+    setup_env(NULL, NULL); /* CUPOOL_GRAPH_EXECS_MAX's default, 16, serves 12 streams */
+    streams_in_turn(12);
+}
+END_TEST
+
+/* A thread launches one signature on four streams and exits: its execs stay with the entry
+ * (none leaked, none lost), and another thread launching on those streams uses them (no new
+ * instantiation), claiming them without the lock from its second round on, never while one
+ * still runs elsewhere. */
+struct four_streams {
+    CUstream st[4];
+    int rounds;
+    unsigned base;
+};
+
+static void *launch_on_four(void *arg)
+{
+    struct four_streams *f = arg;
+    cupool_pipeline_t p;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS || cupool_pipeline_create(&p) != CUDA_SUCCESS) {
+        thread_errors++;
+        return NULL;
+    }
+    for (int round = 0; round < f->rounds; round++) {
+        cupool_graph_stats_t before, after; /* (no Check assertion off the test's thread) */
+        if (cupool_graph_stats_get(&before) != CUDA_SUCCESS)
+            thread_errors++;
+        for (int i = 0; i < 4; i++) {
+            CUdeviceptr ptr = mem + 4 * (CUdeviceptr)(12 + i);
+            unsigned v = f->base + (unsigned)i;
+            void *args[] = {&ptr, &v};
+            if (cupool_pipeline_reset(p) != CUDA_SUCCESS ||
+                cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL) ||
+                cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL) ||
+                cupool_pipeline_launch(p, f->st[i]) != CUDA_SUCCESS)
+                thread_errors++;
+        }
+        if (cupool_graph_stats_get(&after) != CUDA_SUCCESS ||
+            (round > 0 && after.claims_locked != before.claims_locked))
+            thread_errors++;
+    }
+    cupool_pipeline_destroy(p);
+    return NULL;
+}
+
+START_TEST(exited_threads_execs_serve_other_threads)
+{
+    int execs0 = tu_fake.present ? tu_fake.live_execs() : 0;
+    struct four_streams f = {{0}, 5, 1};
+    for (int i = 0; i < 4; i++)
+        TU_OK(tu.cuStreamCreate(&f.st[i], CU_STREAM_NON_BLOCKING));
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, launch_on_four, &f), 0);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(thread_errors, 0);
+    cupool_graph_stats_t a = gstats();
+    ck_assert_uint_eq(a.execs, 4);
+    ck_assert_uint_eq(a.instantiations, 4);
+    f.base = 10; /* another thread, other arguments, the same streams */
+    ck_assert_int_eq(pthread_create(&t, NULL, launch_on_four, &f), 0);
+    pthread_join(t, NULL);
+    ck_assert_int_eq(thread_errors, 0);
+    for (int i = 0; i < 4; i++)
+        ck_assert_uint_eq(counter(12 + i), 5 * 2 * (1 + (unsigned)i) + 5 * 2 * (10 + (unsigned)i));
+    cupool_graph_stats_t b = gstats();
+    ck_assert_uint_eq(b.instantiations, a.instantiations);
+    ck_assert_uint_eq(b.execs, 4);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(cupool_trim());
+    ck_assert_uint_eq(gstats().execs, 0);
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_execs(), execs0);
+    for (int i = 0; i < 4; i++)
+        TU_OK(tu.cuStreamDestroy(f.st[i]));
+}
+END_TEST
+
+/* ---- refilling in place: adds compare with the last launch ---- */
+
+static cupool_graph_stats_t launch_counted(cupool_pipeline_t p, CUstream s)
+{
+    cupool_graph_stats_t before = gstats();
+    TU_OK(cupool_pipeline_launch(p, s));
+    cupool_graph_stats_t now = gstats();
+    cupool_graph_stats_t d;
+    memset(&d, 0, sizeof d);
+    d.nodes_compared = now.nodes_compared - before.nodes_compared;
+    d.nodes_updated = now.nodes_updated - before.nodes_updated;
+    d.misses = now.misses - before.misses;
+    return d;
+}
+
+/* A 50-kernel chain into counter 30, node i adding v[i]. */
+static void fill_values(cupool_pipeline_t p, const unsigned *v, int n)
+{
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr ptr = mem + 4 * 30;
+    for (int i = 0; i < n; i++) {
+        void *args[] = {&ptr, (void *)&v[i]};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+}
+
+static unsigned sum_of(const unsigned *v, int n)
+{
+    unsigned t = 0;
+    for (int i = 0; i < n; i++)
+        t += v[i];
+    return t;
+}
+
+/* A pipeline refilled per request: an unchanged relaunch compares no node, a changed one only
+ * the nodes whose parameters changed since its last launch (even across several resets in
+ * between), a change of launch shape counts as a change; another pipeline on the same exec,
+ * or a trim, makes the next launch compare every node. */
+START_TEST(refill_compares_only_changed_nodes)
+{
+    enum { N = 50 };
+    unsigned v[N], total = 0;
+    for (int i = 0; i < N; i++)
+        v[i] = 1;
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_values(p, v, N);
+    cupool_graph_stats_t d = launch_counted(p, s1);
+    ck_assert_uint_eq(d.misses, 1);
+    total += sum_of(v, N);
+
+    fill_values(p, v, N); /* unchanged */
+    d = launch_counted(p, s1);
+    ck_assert_uint_eq(d.nodes_compared, 0);
+    ck_assert_uint_eq(d.nodes_updated, 0);
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+
+    v[3] = 100, v[41] = 7; /* two nodes change */
+    fill_values(p, v, N);
+    d = launch_counted(p, s1);
+    ck_assert_uint_eq(d.nodes_compared, 2);
+    ck_assert_uint_eq(d.nodes_updated, 2);
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+
+    /* described twice before the launch: node 3 back to 1, then node 20 changed too */
+    v[3] = 1;
+    fill_values(p, v, N);
+    v[3] = 100, v[20] = 5;
+    fill_values(p, v, N);
+    d = launch_counted(p, s1);
+    ck_assert_uint_le(d.nodes_compared, 2); /* node 3 may be visited: it was written */
+    ck_assert_uint_eq(d.nodes_updated, 1);   /* only node 20 differs from the exec's */
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+
+    /* a launch shape change (here dynamic shared memory) is a change of that node only */
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr ptr = mem + 4 * 30;
+    for (int i = 0; i < N; i++) {
+        void *args[] = {&ptr, &v[i]};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, i == 9 ? 64 : 0, args,
+                                     NULL));
+    }
+    d = launch_counted(p, s1);
+    ck_assert_uint_eq(d.nodes_compared, 1);
+    ck_assert_uint_eq(d.nodes_updated, 1);
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+
+    /* another pipeline of the structure on the same exec: it holds q's arguments now, so p's
+     * next launch compares every node */
+    cupool_pipeline_t q;
+    TU_OK(cupool_pipeline_create(&q));
+    fill_values(q, v, N);
+    TU_OK(cupool_pipeline_launch(q, s1));
+    total += sum_of(v, N);
+    fill_values(p, v, N);
+    d = launch_counted(p, s1);
+    ck_assert_uint_eq(d.nodes_compared, N);
+    ck_assert_uint_eq(d.nodes_updated, 0);
+    total += sum_of(v, N);
+    fill_values(p, v, N);
+    ck_assert_uint_eq(launch_counted(p, s1).nodes_compared, 0); /* and then none again */
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+
+    TU_OK(cupool_trim()); /* forgets layouts and graphs: a miss, then refills compare again */
+    fill_values(p, v, N);
+    ck_assert_uint_eq(launch_counted(p, s1).misses, 1);
+    total += sum_of(v, N);
+    fill_values(p, v, N);
+    ck_assert_uint_eq(launch_counted(p, s1).nodes_compared, 0);
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_pipeline_destroy(q));
+}
+END_TEST
+
+/* Refills of every node kind (memset, kernel, copy, event record and wait, host) with
+ * explicit dependencies: unchanged, nothing compared and no new signature; each parameter
+ * change is seen and applied. */
+START_TEST(refill_of_every_node_kind)
+{
+    static int host_a, host_b;
+    host_a = host_b = 0;
+    CUevent e1, e2;
+    TU_OK(tu.cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+    TU_OK(tu.cuEventCreate(&e2, CU_EVENT_DISABLE_TIMING));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int round = 0; round < 6; round++) {
+        /* rounds 2 and 3 change the memset value, the copy's source, the events and the host
+         * function's argument; round 4 goes back */
+        bool alt = round == 2 || round == 3;
+        unsigned one = 1;
+        CUdeviceptr p8 = mem + 4 * 8;
+        void *args[] = {&p8, &one};
+        cupool_node_t set, kern, cp, rec, wait;
+        TU_OK(cupool_pipeline_reset(p));
+        TU_OK(cupool_pipeline_memset(p, mem + 4 * 8, alt ? 20 : 10, 4, 2, &set));
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, &kern));
+        TU_OK(cupool_pipeline_memcpy(p, mem + 4 * 10, mem + 4 * (alt ? 9 : 8), 4, &cp));
+        TU_OK(cupool_pipeline_depend(p, cp, &kern, 1));
+        TU_OK(cupool_pipeline_event_record(p, alt ? e2 : e1, &rec));
+        TU_OK(cupool_pipeline_event_wait(p, alt ? e2 : e1, &wait));
+        cupool_node_t both[2] = {cp, rec};
+        TU_OK(cupool_pipeline_depend(p, wait, both, 2));
+        TU_OK(cupool_pipeline_host(p, count_host, alt ? &host_b : &host_a, NULL));
+        cupool_graph_stats_t d = launch_counted(p, s1);
+        ck_assert_uint_eq(d.misses, round == 0);
+        if (round == 1 || round == 3 || round == 5)
+            ck_assert_uint_eq(d.nodes_compared, 0);
+        if (round == 2 || round == 4)
+            ck_assert_uint_eq(d.nodes_updated, 5);
+        ck_assert_uint_eq(counter(8), alt ? 21 : 11);
+        ck_assert_uint_eq(counter(9), alt ? 20 : 10);
+        ck_assert_uint_eq(counter(10), alt ? 20 : 11);
+    }
+    ck_assert_int_eq(host_a, 4);
+    ck_assert_int_eq(host_b, 2);
+    ck_assert_uint_eq(gstats().entries, 1);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuEventDestroy(e1));
+    TU_OK(tu.cuEventDestroy(e2));
+}
+END_TEST
+
+/* Refills that fail part-way (a NULL argument, a zero dimension), or change the structure
+ * part-way and come back, never leave a stale parameter behind: every launch's results are
+ * the description's. */
+START_TEST(refill_after_failed_and_diverging_adds)
+{
+    enum { N = 6 };
+    unsigned v[N] = {1, 2, 3, 4, 5, 6}, total = 0;
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_values(p, v, N);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    total += sum_of(v, N);
+
+    /* a refill whose fourth node has a NULL argument: refused, the launch too */
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr ptr = mem + 4 * 30;
+    unsigned big = 1000;
+    for (int i = 0; i < 3; i++) {
+        void *args[] = {&ptr, &v[i]};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+    void *bad[] = {&big, NULL}; /* a good first argument, then a NULL one */
+    TU_EQ(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, bad, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    void *zero[] = {&ptr, &big};
+    TU_EQ(cupool_pipeline_kernel(p, k.add_u32, 1, 0, 1, 1, 1, 1, 0, zero, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
+    fill_values(p, v, N); /* the same as the last launch: its results */
+    TU_OK(cupool_pipeline_launch(p, s1));
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+
+    /* another structure described (a memset where a kernel was), then the first again with
+     * one argument changed, before any launch */
+    TU_OK(cupool_pipeline_reset(p));
+    TU_OK(cupool_pipeline_memset(p, mem + 4 * 31, 0, 4, 1, NULL));
+    for (int i = 1; i < N; i++) {
+        void *args[] = {&ptr, &big};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+    v[4] = 50;
+    fill_values(p, v, N);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+    fill_values(p, v, N);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    total += sum_of(v, N);
+    ck_assert_uint_eq(counter(30), total);
+    ck_assert_uint_eq(gstats().entries, 1);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -1046,6 +1492,13 @@ int main(void)
     tcase_add_test(tc, trim_during_repeat_launches);
     tcase_add_test(tc, identical_nodes_across_a_trim_need_no_update);
     tcase_add_test(tc, destroyed_event_never_reaches_an_instantiation);
+    tcase_add_test(tc, alternating_signatures_claim_lock_free);
+    tcase_add_test(tc, alternating_capture_keys_claim_lock_free);
+    tcase_add_test(tc, one_signature_on_eight_streams_claims_lock_free);
+    tcase_add_test(tc, exited_threads_execs_serve_other_threads);
+    tcase_add_test(tc, refill_compares_only_changed_nodes);
+    tcase_add_test(tc, refill_of_every_node_kind);
+    tcase_add_test(tc, refill_after_failed_and_diverging_adds);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
     tcase_add_test(env, eviction_keeps_results_right);
@@ -1056,6 +1509,7 @@ int main(void)
     tcase_add_test(env, gate_off_keeps_results_right);
     tcase_add_test(env, quiet_streams_give_up_their_execs);
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
+    tcase_add_test(env, one_signature_on_twelve_streams_claims_lock_free);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
