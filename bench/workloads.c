@@ -35,8 +35,8 @@
  *                 current-context API against cuCtxGetId(NULL) + cuStreamIsCapturing +
  *                 pop+push; the check-free stream pair (CUPOOL_POOL_CONTEXT_OUTLIVES, released
  *                 vouched) and event pair against a pop+push.
- *   service-mix   16 request threads; each request acquires a stream (explicit pool, released
- *                 unvouched) and two events (explicit pool), records the first event,
+ *   service-mix   16 request threads; each request acquires a stream and two events from
+ *                 explicit pools, records the first event,
  *                 describes and launches one of S pipeline signatures (S = 4 by default; tiny
  *                 kernels add_u32/set_u32 on a counter of the thread's own, new arguments each
  *                 request), records the second event and hands the three handles through a
@@ -44,7 +44,11 @@
  *                 thread, which polls cuEventQuery and then releases the three. A warm-up, then
  *                 the measured phase. Floor: 16 threads that only pop and push a thread-local
  *                 array, each operation timed with the same timer, for as long as the measured
- *                 phase lasted: its max is the machine's own noise.
+ *                 phase lasted: its max is the machine's own noise. Two rows: "checked"
+ *                 (pools that check their context, the stream released unvouched: two driver
+ *                 calls per stream acquire, one per event acquire) and "promised" (pools made
+ *                 with CUPOOL_POOL_CONTEXT_OUTLIVES, the stream released vouched once its last
+ *                 event fired: no driver call in any acquire or release).
  * The graph-cache workloads (signatures alternating on one stream, one signature on K
  * streams, describing per request) are part of `cupool-bench graphs`.
  *
@@ -1535,6 +1539,9 @@ static void wl_explicit(void)
 #define MIX_RING 64
 
 static CUfunction k_add, k_set;
+/* 0: pools that check their context, streams released unvouched (every acquire calls the
+ * driver twice); 1: promised pools, streams released vouched (no driver call at all) */
+static int mix_promised;
 static _Atomic long mix_done;
 static _Atomic int mix_stop;
 static pthread_barrier_t mix_b_warm, mix_b_go;
@@ -1555,17 +1562,20 @@ static int mix_request(struct mix_req *q, long i, int measured)
     CUevent e0, e1;
     CUresult r;
     uint64_t t0 = ticks();
-    if ((r = cupool_stream_pool_acquire(spool, &s)) != CUDA_SUCCESS) {
+    if ((r = cupool_stream_pool_acquire(mix_promised ? promised_spool : spool, &s)) !=
+        CUDA_SUCCESS) {
         wl_fail("cupool_stream_pool_acquire", r, NULL);
         return 0;
     }
     uint64_t t1 = ticks();
-    if ((r = cupool_event_pool_acquire(epool, &e0)) != CUDA_SUCCESS) {
+    if ((r = cupool_event_pool_acquire(mix_promised ? promised_epool : epool, &e0)) !=
+        CUDA_SUCCESS) {
         wl_fail("cupool_event_pool_acquire", r, NULL);
         return 0;
     }
     uint64_t t2 = ticks();
-    if ((r = cupool_event_pool_acquire(epool, &e1)) != CUDA_SUCCESS) {
+    if ((r = cupool_event_pool_acquire(mix_promised ? promised_epool : epool, &e1)) !=
+        CUDA_SUCCESS) {
         wl_fail("cupool_event_pool_acquire", r, NULL);
         return 0;
     }
@@ -1654,11 +1664,16 @@ static void *mix_done_thread(void *arg)
                     return NULL;
                 }
                 uint64_t t0 = ticks();
-                r = cupool_stream_pool_release(spool, (CUstream)it->a, 0);
+                /* the stream's work is done (its last event fired): nothing captures on it */
+                r = mix_promised ? cupool_stream_pool_release(promised_spool, (CUstream)it->a,
+                                                              CUPOOL_RELEASE_NOT_CAPTURING)
+                                 : cupool_stream_pool_release(spool, (CUstream)it->a, 0);
                 uint64_t t1 = ticks();
-                CUresult r2 = cupool_event_pool_release(epool, (CUevent)it->b);
+                CUresult r2 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
+                                                        (CUevent)it->b);
                 uint64_t t2 = ticks();
-                CUresult r3 = cupool_event_pool_release(epool, (CUevent)it->c);
+                CUresult r3 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
+                                                        (CUevent)it->c);
                 uint64_t t3 = ticks();
                 if (r || r2 || r3) {
                     wl_fail("release (completion thread)", r ? r : r2 ? r2 : r3, NULL);
@@ -1783,8 +1798,9 @@ static void wl_mix(void)
         pthread_join(q[i].t, NULL);
     mix_wait_done((long)MIX_THREADS * (warm + n));
     uint64_t t1 = mono_ns();
-    struct row *row = row_new(W_MIX, "acquire or release", "S=%d, %d request threads",
-                              opt_signatures, MIX_THREADS);
+    struct row *row = row_new(W_MIX, "acquire or release", "%s, S=%d, %d request threads",
+                              mix_promised ? "promised" : "checked", opt_signatures,
+                              MIX_THREADS);
     counts_add_since(&row->dc, &c0);
     MCHECK(cupool_graph_stats_get(&g1));
     atomic_store_explicit(&mix_stop, 1, memory_order_release);
@@ -1934,17 +1950,20 @@ static void key_figures(void)
         else if (rows[i].wl == W_EXPLICIT)
             key_add(rows[i].ns / rows[i].floor_ns, "x", 3, "explicit %s / pop+push (aim)",
                     rows[i].name);
-    if ((r = find_row(W_MIX, "", 1))) {
-        key_add(r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999, "ns", 1000,
-                "service-mix: p99.9 of single acquires and releases");
-        key_add(r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999, "ns", 5000,
-                "service-mix: p99.99 of single acquires and releases");
-        double mx = r->acq.max > r->rel.max ? r->acq.max : r->rel.max;
-        double fmx = r->facq.max > r->frel.max ? r->facq.max : r->frel.max;
-        key_add(fmx > 0 ? mx / fmx : 0, "x", 2, "service-mix: max / the floor's max");
-        key_add(per_1000(r->dc.req_creates + r->dc.req_destroys, r->ops), "per 1000", 0,
-                "service-mix: request-thread creates+destroys");
-    }
+    for (int v = 0; v < 2; v++)
+        if ((r = find_row(W_MIX, v ? "promised" : "checked", 1))) {
+            const char *how = v ? "promised" : "checked";
+            key_add(r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999, "ns", 1000,
+                    "service-mix %s: p99.9 of single acquires and releases", how);
+            key_add(r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999, "ns", 5000,
+                    "service-mix %s: p99.99 of single acquires and releases", how);
+            double mx = r->acq.max > r->rel.max ? r->acq.max : r->rel.max;
+            double fmx = r->facq.max > r->frel.max ? r->facq.max : r->frel.max;
+            key_add(fmx > 0 ? mx / fmx : 0, "x", 2, "service-mix %s: max / the floor's max",
+                    how);
+            key_add(per_1000(r->dc.req_creates + r->dc.req_destroys, r->ops), "per 1000", 0,
+                    "service-mix %s: request-thread creates+destroys", how);
+        }
 }
 
 /* ---- the run ---- */
@@ -2014,7 +2033,13 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
         case W_DROPIN: wl_dropin(); break;
         case W_CLASH: wl_clash(); break;
         case W_EXPLICIT: wl_explicit(); break;
-        default: wl_mix(); break;
+        default:
+            for (mix_promised = 0; mix_promised < 2; mix_promised++) {
+                wl_mix();
+                die_if_failed();
+                MCHECK(cupool_trim());
+            }
+            break;
         }
         die_if_failed();
         if (!opt_json)
