@@ -612,6 +612,11 @@ static struct cupool__handle *refill(struct cupool__class *cls, struct cupool__s
         cupool__mag_put(p); /* empty here */
     s->previous = slot_take_loaded(s);
     slot_set_loaded(s, full);
+    /* The next acquires write these records, last written by whichever thread released them
+     * (a completion thread, in a hand-off): ask for their lines now, all at once, rather than
+     * one miss per acquire. */
+    for (uint32_t i = 0; i < full->count; i++)
+        __builtin_prefetch(full->items[i].rec, 1, 3);
     return s->count ? full->items[--s->count].rec : NULL;
 }
 
@@ -1820,10 +1825,10 @@ static inline struct cupool__cc_entry *cc_set(struct cupool__tcache *tc, cupool_
                                               unsigned long long id, uint64_t key)
 {
     uint64_t h = ((uint64_t)id ^ (key * UINT64_C(0x9E3779B97F4A7C15))) * UINT64_C(0xD6E8FEB86659FD93);
-    return tc->cc[kind][h >> (64 - 3)]; /* CUPOOL_CC_SETS == 8 */
+    return tc->cc[kind][h >> (64 - 5)]; /* CUPOOL_CC_SETS == 32 */
 }
 
-_Static_assert(CUPOOL_CC_SETS == 8 && CUPOOL_CC_WAYS == 2, "cc_set and acquire_current assume 8 x 2");
+_Static_assert(CUPOOL_CC_SETS == 32 && CUPOOL_CC_WAYS == 2, "cc_set and acquire_current assume 32 x 2");
 
 static inline bool cc_match(const struct cupool__cc_entry *e, unsigned long long id, uint64_t key)
 {
@@ -1853,6 +1858,24 @@ static struct cupool__cc_entry *cc_victim(struct cupool__cc_entry *set, unsigned
  * No read section is needed: the magazine is this thread's, records are type-stable, and a
  * class with a registered record is never reclaimed.
  */
+/* slot_hit's stream released unvouched: the capture check, then the hit. Out of line, so the
+ * vouched hit saves no registers. */
+__attribute__((noinline)) static int slot_hit_unchecked(struct cupool__tcache *tc,
+                                                        struct cupool__slot *s,
+                                                        struct cupool__mag_item it, void **out)
+{
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs)) != CUDA_SUCCESS ||
+        cs != CU_STREAM_CAPTURE_STATUS_NONE)
+        return -1;
+    s->count--;
+    atomic_store_explicit(&it.rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+    cupool__counter_inc(&s->acquires);
+    tc->last = it.rec;
+    *out = it.handle;
+    return 1;
+}
+
 __attribute__((always_inline)) static inline int slot_hit(struct cupool__tcache *tc, uint32_t index,
                                                           uint32_t gen32, void **out)
 {
@@ -1865,14 +1888,10 @@ __attribute__((always_inline)) static inline int slot_hit(struct cupool__tcache 
     uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
     if (CUPOOL_UNLIKELY(rec->gen != gen32))
         return 0;
-    if (st == CUPOOL_H_IDLE_UNCHECKED) {
-        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-        if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs)) != CUDA_SUCCESS ||
-            cs != CU_STREAM_CAPTURE_STATUS_NONE)
-            return -1;
-    } else if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE)) {
+    if (st == CUPOOL_H_IDLE_UNCHECKED)
+        return slot_hit_unchecked(tc, s, it, out);
+    if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE))
         return 0;
-    }
     s->count--;
     atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
     cupool__counter_inc(&s->acquires);
@@ -2199,6 +2218,22 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
  * (cuStreamIsCapturing), as on the general path; anything else goes there.
  * (A false match needs 2^32 reuses of one class index between two acquires.)
  */
+/* pool_acquire_hit for a pool without the promise: its context checked first. */
+__attribute__((noinline)) static CUresult
+pool_acquire_checked(const void *pool, const struct cupool__class_ops *ops, void **out,
+                     struct cupool__tcache *tc, struct cupool__class *cls, uint32_t index,
+                     uint32_t gen32)
+{
+    unsigned long long id = 0;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
+    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
+        return pool_acquire(pool, ops, out); /* says why, with the class held */
+    int hit = slot_hit(tc, index, gen32, out);
+    if (CUPOOL_LIKELY(hit > 0))
+        return CUDA_SUCCESS;
+    return pool_acquire_as(pool, ops, out, hit < 0);
+}
+
 __attribute__((always_inline)) static inline CUresult
 pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, void **out)
 {
@@ -2206,7 +2241,7 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, void **o
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != pool_tag(ops) ||
                         cupool__state_now() != CUPOOL_ST_RUNNING))
-        return pool_acquire(pool, ops, out);
+        return pool_acquire_as(pool, ops, out, false);
     uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
     struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
     uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
@@ -2214,13 +2249,9 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, void **o
                         (atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE) &
                          (UINT64_MAX >> POOL_GEN_SHIFT)) != gen ||
                         !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE)))
-        return pool_acquire(pool, ops, out);
-    if (!(v & POOL_PROMISED)) {
-        unsigned long long id = 0;
-        CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
-        if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
-            return pool_acquire(pool, ops, out); /* says why, with the class held */
-    }
+        return pool_acquire_as(pool, ops, out, false);
+    if (!(v & POOL_PROMISED))
+        return pool_acquire_checked(pool, ops, out, tc, cls, index, (uint32_t)gen);
     int hit = slot_hit(tc, index, (uint32_t)gen, out);
     if (CUPOOL_LIKELY(hit > 0))
         return CUDA_SUCCESS;
@@ -2261,6 +2292,13 @@ static inline CUresult pool_release(const void *pool, const struct cupool__class
     return release_handle(ops, cls, h, idle_state);
 }
 
+__attribute__((noinline)) static CUresult pool_release_general(const void *pool,
+                                                               const struct cupool__class_ops *ops,
+                                                               void *h, uint32_t idle_state)
+{
+    return pool_release(pool, ops, h, idle_state);
+}
+
 /* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
  * matched by the record's index and gen against the pool value (see pool_acquire_hit): no
  * read section, no load from the class. Anything else goes the general way. */
@@ -2287,7 +2325,7 @@ pool_release_hit(const void *pool, const struct cupool__class_ops *ops, void *h,
             }
         }
     }
-    return pool_release(pool, ops, h, idle_state);
+    return pool_release_general(pool, ops, h, idle_state);
 }
 
 CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,

@@ -140,7 +140,7 @@ struct cupool__slot {
 /* The per-thread class cache of the current-context API: CUPOOL_CC_SETS sets of
  * CUPOOL_CC_WAYS entries, so keys that share a set (priorities 0 and -4 shared the one entry
  * of a direct-mapped cache) both stay cached. */
-#define CUPOOL_CC_SETS 8
+#define CUPOOL_CC_SETS 32
 #define CUPOOL_CC_WAYS 2
 
 /* Per-thread class cache entry for the current-context API. Matches only while the class's
