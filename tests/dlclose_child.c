@@ -14,6 +14,8 @@
  */
 #define _GNU_SOURCE
 #include <cuda.h>
+#include <cupool.h> /* types only: the library is reached through dlsym() */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -44,6 +46,25 @@ static void *sym(void *h, const char *name)
         exit(1);
     }
     return p;
+}
+
+/* Threads of this process named cupool-maint (the maintenance thread). */
+static int maint_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        char path[300], name[64];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(name, sizeof name, f) && strncmp(name, "cupool-maint", 12) == 0)
+            n++;
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 static long rss_kib(void)
@@ -131,6 +152,15 @@ int main(int argc, char **argv)
             CHECK(srel(s[i]));
         for (int i = NHELD; i < NEVENTS; i++)
             CHECK(erel(e[i]));
+        /* the maintenance thread runs (it started with the first class) and is joined at
+         * dlclose: none may be left running code that is about to be unmapped */
+        cupool_maintenance_stats_t ms;
+        CHECK(((CUresult(*)(cupool_maintenance_stats_t *))sym(lib, "cupool_maintenance_stats_get"))(&ms));
+        if (!ms.running) {
+            fprintf(stderr, "dlclose_child: cycle %d: the maintenance thread is not running\n",
+                    cycle);
+            failures++;
+        }
         size_t bytes = ((bytes_fn)sym(lib, "cupool_metadata_bytes"))();
         metadata = bytes;
         if (bytes == 0) {
@@ -141,6 +171,11 @@ int main(int argc, char **argv)
         if (dlclose(lib) != 0) {
             fprintf(stderr, "dlclose_child: dlclose: %s\n", dlerror());
             return 1;
+        }
+        if (maint_threads() != 0) {
+            fprintf(stderr, "dlclose_child: cycle %d: a cupool-maint thread outlived dlclose\n",
+                    cycle);
+            failures++;
         }
         if (dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD)) {
             fprintf(stderr, "dlclose_child: libcupool is still loaded after dlclose\n");
