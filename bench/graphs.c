@@ -745,7 +745,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
         desc[i].over_hit = (host[i][W_DESCRIBE] - host[i][W_HIT]) / sizes[i];
     }
     const char *emax = getenv("CUPOOL_GRAPH_EXECS_MAX");
-    int execs_max = emax && *emax ? atoi(emax) : 8;
+    int execs_max = emax && *emax ? atoi(emax) : 16; /* the default */
 
     int launches = 50;
     cupool_graph_stats_t s0, s1;

@@ -160,6 +160,17 @@ bool cupool__maint_kick(uint32_t what)
     return true;
 }
 
+bool cupool__maint_nudge(uint32_t what)
+{
+    if (atomic_load_explicit(&maint_state, CUPOOL_ACQUIRE) != M_RUNNING)
+        return cupool__maint_kick(what);
+    if (!cupool__cfg.background || cupool__state_now() != CUPOOL_ST_RUNNING)
+        return false;
+    if ((atomic_load_explicit(&cupool__maint_want, CUPOOL_RELAXED) & what) != what)
+        atomic_fetch_or(&cupool__maint_want, what);
+    return true;
+}
+
 void cupool__maint_stop(bool join)
 {
     int ms = atomic_load(&maint_state);

@@ -33,6 +33,12 @@ bool cupool__maint_enabled(void);
  * (disabled, not RUNNING, a forked child, could not start): the caller does the work inline. */
 bool cupool__maint_kick(uint32_t what);
 
+/* Asks for `what` without waking the thread: it looks at the bits at its next round, which
+ * comes within a millisecond while a class keeps a reserve (cupool__pools_maintain's answer).
+ * No system call: for request threads' exchanges, where a futex wake would be the tail. Starts
+ * the thread if it never ran. False as cupool__maint_kick. */
+bool cupool__maint_nudge(uint32_t what);
+
 /* Stops it: at exit (join false) and unload (join true). Idempotent. */
 void cupool__maint_stop(bool join);
 /* In a forked child: the thread does not exist there; forget it without touching its lock. */

@@ -511,14 +511,20 @@ static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine
 static void class_decay_inline(struct cupool__class *cls);
 
 /* Asks the maintenance thread for `bits` of work on cls; false when it cannot run (the
- * caller then does the work inline). */
-static bool class_ask(struct cupool__class *cls, uint32_t bits)
+ * caller then does the work inline). `wake`: signal it now (a miss, a cap overrun: rare, and
+ * the caller paid a driver call or will); otherwise its next round sees it (no system call). */
+static bool class_ask_as(struct cupool__class *cls, uint32_t bits, bool wake)
 {
     if (!cupool__maint_enabled())
         return false;
     if ((atomic_load_explicit(&cls->want, CUPOOL_RELAXED) & bits) != bits)
         atomic_fetch_or_explicit(&cls->want, bits, CUPOOL_RELAXED);
-    return cupool__maint_kick(CUPOOL_MAINT_POOLS);
+    return wake ? cupool__maint_kick(CUPOOL_MAINT_POOLS) : cupool__maint_nudge(CUPOOL_MAINT_POOLS);
+}
+
+static bool class_ask(struct cupool__class *cls, uint32_t bits)
+{
+    return class_ask_as(cls, bits, true);
 }
 
 /* Pushes a filled magazine to the depot, or to the retire stack when the depot would exceed
@@ -560,7 +566,7 @@ static inline void depot_taken(struct cupool__class *cls, int64_t n)
     uint32_t reserve = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
     if (CUPOOL_UNLIKELY(reserve && after < (int64_t)reserve / 2) &&
         !(atomic_load_explicit(&cls->want, CUPOOL_RELAXED) & CUPOOL_CLASS_WANT_REFILL))
-        (void)class_ask(cls, CUPOOL_CLASS_WANT_REFILL);
+        (void)class_ask_as(cls, CUPOOL_CLASS_WANT_REFILL, false); /* the thread polls */
     class_decay_inline(cls);
 }
 
@@ -923,7 +929,7 @@ static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
 uint64_t cupool__pools_maintain(void)
 {
     struct cupool__tcache *tc = cupool__tl;
-    bool more = false, failed = false;
+    bool more = false, failed = false, reserves = false;
     uint64_t now = decay_now();
     cupool__read_enter(tc);
     uint32_t n = cupool__class_limit();
@@ -960,11 +966,16 @@ uint64_t cupool__pools_maintain(void)
         if (w)
             atomic_fetch_or_explicit(&c->want, w, CUPOOL_RELAXED);
         more |= again;
+        reserves |= atomic_load_explicit(&c->reserve, CUPOOL_RELAXED) != 0;
         cupool__read_leave(tc);
     }
+    if (more)
+        return 0;
     if (failed)
         return 100000000u; /* 100 ms */
-    return more ? 0 : UINT64_MAX;
+    /* a class with a reserve is growing: its exchanges ask for refills without waking the
+     * thread, which looks every millisecond until the reserves decay */
+    return reserves ? 1000000u : UINT64_MAX;
 }
 
 /* ---------------------------------------------------------------------------------------- */
