@@ -265,6 +265,29 @@ CUPOOL_API CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent 
  */
 CUPOOL_API CUresult cupool_trim(void);
 
+/**
+ * Lets go of everything cupool holds of context ctx, before the application destroys or
+ * resets it (cuCtxDestroy, cuDevicePrimaryCtxReset, cudaDeviceReset, the last
+ * cuDevicePrimaryCtxRelease). Waits for the maintenance thread's work in progress to end (it
+ * works on a class at a time, for at most a few hundred microseconds), destroys ctx's idle
+ * handles (the calling thread's magazines, the depots and the queues) and retires its pools,
+ * then drops the graph cache's idle entries and destroys its retired graphs, as cupool_trim()
+ * does. From its return on, no thread of cupool calls the driver with a handle of ctx: handles
+ * of ctx that callers still hold are forgotten when released, those other threads cache are
+ * forgotten without a driver call, and explicit pools of ctx refuse with
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED. Using ctx through cupool afterwards makes new pools.
+ * Why: the maintenance thread calls the driver at any time, and the driver crashes on a
+ * handle of a context that was reset (seen on the H200); it checks the context before every
+ * destroy, which narrows the window a reset could fall into to one driver call, and this call
+ * closes it. Without the maintenance thread (CUPOOL_BACKGROUND=0) it is optional.
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (ctx NULL); the first failed destroy (that
+ * handle is forgotten with the rest when the context goes); an init error;
+ * CUDA_ERROR_DEINITIALIZED after exit began; CUDA_ERROR_NOT_PERMITTED in a forked child.
+ * Thread-safe. Other threads must not be using ctx's handles, as the driver requires for the
+ * destroy or reset that follows.
+ */
+CUPOOL_API CUresult cupool_context_release(CUcontext ctx);
+
 /** Kind of handle a class pools. */
 typedef enum cupool_kind {
     CUPOOL_KIND_STREAM = 0,

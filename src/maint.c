@@ -19,6 +19,7 @@
 #include <time.h>
 
 _Atomic uint32_t cupool__maint_want;
+pthread_mutex_t cupool__maint_unit = PTHREAD_MUTEX_INITIALIZER;
 _Atomic uint64_t cupool__maint_wakeups, cupool__maint_creates, cupool__maint_destroys,
     cupool__req_creates, cupool__req_destroys, cupool__maint_graph_reaps;
 CUPOOL_TLS_IE bool cupool__maint_self;
@@ -179,12 +180,14 @@ void cupool__maint_stop(bool join)
     pthread_once(&maint_once, cond_init);
     pthread_mutex_lock(&maint_lock);
     ms = atomic_exchange(&maint_state, M_OFF);
-    bool joinable = maint_joinable && join && ms != M_OFF;
+    bool joinable = maint_joinable && ms != M_OFF;
     if (joinable)
         maint_joinable = false;
     pthread_cond_broadcast(&maint_cond);
     pthread_mutex_unlock(&maint_lock);
-    if (joinable && !cupool__maint_self)
+    if (joinable && (!join || cupool__maint_self))
+        pthread_detach(maint_thread); /* exit: it ends by itself, nobody waits for it */
+    else if (joinable)
         pthread_join(maint_thread, NULL);
 }
 

@@ -25,6 +25,15 @@ enum {
 
 extern _Atomic uint32_t cupool__maint_want;
 
+/* The unit lock: the maintenance thread holds it around each unit of its driver work (one
+ * class's drain, refill or decay step; one graveyard reap), so that cupool_context_release()
+ * can wait for the unit in progress and retire a context's classes before the application
+ * destroys or resets it. Lock order: this lock first, then a read section, class_lock, the
+ * registry's and the graph cache's locks. Never taken in a forked child, nor by a thread
+ * inside a read section. */
+#include <pthread.h>
+extern pthread_mutex_t cupool__maint_unit;
+
 /* Whether the work goes to the maintenance thread (CUPOOL_BACKGROUND and a running state);
  * false: do it inline. */
 bool cupool__maint_enabled(void);
@@ -46,7 +55,9 @@ void cupool__maint_forget(void);
 
 /* What the maintenance thread calls (pool.c, pipeline.c). */
 /* One round over the pools: drain retire stacks, refill classes that asked, and the decay
- * steps that are due. Returns the ns until the pools want the next round (UINT64_MAX: none). */
+ * steps that are due. Returns the ns until the pools want the next round: 0 at once (more
+ * work than a round's units), a millisecond while a class keeps a reserve, else until the
+ * earliest class's next decay step (UINT64_MAX: no class). */
 uint64_t cupool__pools_maintain(void);
 /* Reaps the graph graveyard's due graves; true while graves remain that wait for their
  * launches (the thread looks again soon). */

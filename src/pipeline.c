@@ -1488,7 +1488,9 @@ static inline void graves_maybe_reap(void)
 bool cupool__graph_graves_maintain(void)
 {
     atomic_store(&graves_watched, true);
+    pthread_mutex_lock(&cupool__maint_unit); /* cupool_context_release waits for it */
     graves_reap(false);
+    pthread_mutex_unlock(&cupool__maint_unit);
     pthread_mutex_lock(&cache_lock);
     bool more = ngraves > 0;
     pthread_mutex_unlock(&cache_lock);

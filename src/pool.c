@@ -496,6 +496,13 @@ static CUresult destroy_items(struct cupool__class *cls, struct cupool__magazine
     if (st == CTX_UNKNOWN)
         return err;
     for (uint32_t i = 0; i < n && m->count; i++) {
+        /* The maintenance thread asks before every destroy: the application may reset or
+         * destroy the context at any moment of its work (cupool_context_release() is how it
+         * waits for that work to end); a request thread's own call cannot overlap a reset the
+         * application orders after it. */
+        if (i > 0 && cupool__maint_self && st == CTX_ALIVE &&
+            (st = class_ctx_check(cls, &err)) == CTX_UNKNOWN)
+            return err;
         CUresult r = handle_dispose(cls, m->items[m->count - 1].rec, st);
         if (r != CUDA_SUCCESS)
             return r;
@@ -930,7 +937,7 @@ uint64_t cupool__pools_maintain(void)
 {
     struct cupool__tcache *tc = cupool__tl;
     bool more = false, failed = false, reserves = false;
-    uint64_t now = decay_now();
+    uint64_t now = decay_now(), next_due = UINT64_MAX;
     cupool__read_enter(tc);
     uint32_t n = cupool__class_limit();
     cupool__read_leave(tc);
@@ -939,6 +946,17 @@ uint64_t cupool__pools_maintain(void)
         struct cupool__class *c = cupool__class_at(i);
         if (!c || !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE)) {
             cupool__read_leave(tc);
+            continue;
+        }
+        cupool__read_leave(tc);
+        /* one unit of work per class under the unit lock (cupool_context_release waits for
+         * it), then the class is looked at again: it may have been released meanwhile */
+        pthread_mutex_lock(&cupool__maint_unit);
+        cupool__read_enter(tc);
+        c = cupool__class_at(i);
+        if (!c || !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE)) {
+            cupool__read_leave(tc);
+            pthread_mutex_unlock(&cupool__maint_unit);
             continue;
         }
         uint32_t w = atomic_exchange_explicit(&c->want, 0, CUPOOL_RELAXED);
@@ -967,15 +985,22 @@ uint64_t cupool__pools_maintain(void)
             atomic_fetch_or_explicit(&c->want, w, CUPOOL_RELAXED);
         more |= again;
         reserves |= atomic_load_explicit(&c->reserve, CUPOOL_RELAXED) != 0;
+        uint64_t due = atomic_load_explicit(&c->next_tick_ns, CUPOOL_RELAXED);
+        next_due = due < next_due ? due : next_due;
         cupool__read_leave(tc);
+        pthread_mutex_unlock(&cupool__maint_unit);
     }
     if (more)
         return 0;
     if (failed)
         return 100000000u; /* 100 ms */
     /* a class with a reserve is growing: its exchanges ask for refills without waking the
-     * thread, which looks every millisecond until the reserves decay */
-    return reserves ? 1000000u : UINT64_MAX;
+     * thread, which looks every millisecond until the reserves decay; otherwise the next
+     * class's decay step is the next deadline (classes are made between the thread's ticks) */
+    uint64_t wait = next_due > now ? next_due - now : 0;
+    if (cupool__decay_clock != NULL)
+        wait = UINT64_MAX; /* a test drives the clock: it flushes the thread itself */
+    return reserves && wait > 1000000u ? 1000000u : wait;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1336,7 +1361,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->misses, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->live, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->high_water, 0, CUPOOL_RELAXED);
-    atomic_store_explicit(&c->depot_min, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->depot_min, INT64_MAX, CUPOOL_RELAXED); /* no pop yet */
     atomic_store_explicit(&c->reserve, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->want, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->missed, false, CUPOOL_RELAXED);
@@ -2364,6 +2389,42 @@ static CUresult trim_class(struct cupool__class *cls)
 {
     CUresult first = drain_retired(cls, 0, 0);
     (void)depot_shrink(cls, (int64_t)cls->low_water, 0, &first);
+    return first;
+}
+
+CUresult cupool_context_release(CUcontext ctx)
+{
+    if (!ctx)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_context_release: ctx is NULL");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cupool__tcache *tc = cupool__tcache_peek();
+    if (tc)
+        tcache_flush(tc);
+    unsigned long long id = 0;
+    bool known = CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id)) == CUDA_SUCCESS;
+    CUresult first = CUDA_SUCCESS;
+    /* the maintenance thread is between units of work from here, and finds the classes of
+     * ctx retired when it looks again: it never calls the driver with their handles */
+    pthread_mutex_lock(&cupool__maint_unit);
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        cupool__read_enter(tc);
+        struct cupool__class *c = cupool__class_at(i);
+        if (c && atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ctx == ctx &&
+            (!known || c->ctx_id == id)) {
+            r = drain_retired(c, 0, 0);
+            (void)depot_shrink(c, 0, 0, &r);
+            if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+                first = r;
+            class_mark_dead(c); /* what other threads still cache is forgotten, no call */
+        }
+        cupool__read_leave(tc);
+    }
+    cupool__graph_cache_trim(); /* its graveyard too: nothing is left for the thread */
+    pthread_mutex_unlock(&cupool__maint_unit);
+    classes_reclaim(10000000u);
     return first;
 }
 
