@@ -3,8 +3,8 @@
  * cupool-bench: what a stream or event costs from the raw driver and from cupool, at 1 to 16
  * threads, in one run.
  *
- *   cupool-bench [streams] [events] [calls] [--threads 1,2,4,8,16] [--pairs N]
- *                [--driver-pairs N] [--repeats R] [--json]
+ *   cupool-bench [streams] [events] [calls] [graphs] [--threads 1,2,4,8,16] [--pairs N]
+ *                [--driver-pairs N] [--repeats R] [--graph-launches N] [--timeline] [--json]
  *
  * Each thread makes the current context current, warms up, waits at a barrier, then times N
  * create+destroy (driver) or acquire+release (cupool) pairs back to back. A repeat's figure is
@@ -374,15 +374,18 @@ static void usage(FILE *f)
                "  streams, events   acquire+release vs create+destroy (default: the first three)\n"
                "  calls             the driver calls on cupool's hot paths, alone\n"
                "  graphs            pipelines of 1, 10, 50 kernels: eager, hand-written graph,\n"
-               "                    cupool hits, misses; 8 streams on one signature\n"
+               "                    cupool hits, misses; alternating signatures, K streams,\n"
+               "                    describing per request; 8 streams on one signature\n"
                "  --graph-launches N  timed launches per graphs figure (default 200)\n"
                "  --timeline        graphs: when each thread of the one-signature runs (fifty\n"
                "                    2 ms kernels per thread) launched and finished, on stderr\n"
+               "                    (not with --json)\n"
                "  --threads LIST    comma-separated thread counts (default 1,2,4,8,16)\n"
                "  --pairs N         cupool pairs per thread per repeat (default 1000000)\n"
                "  --driver-pairs N  raw driver pairs per thread per repeat (default 2000)\n"
                "  --repeats R       repeats; the median is reported (default 5)\n"
-               "  --json            one JSON document on stdout instead of tables\n"
+               "  --json            one JSON document on stdout instead of tables (with\n"
+               "                    graphs: a \"graphs\" object in it)\n"
                "  workloads         hand-off, bursts, drop-in batches, class clashes, explicit\n"
                "                    pools, a service mix, each beside its floor; latency\n"
                "                    percentiles (cupool-bench workloads --help says more)\n");
@@ -475,6 +478,11 @@ int main(int argc, char **argv)
         kinds[STREAMS] = kinds[EVENTS] = kinds[CALLS] = 1;
     if (timeline && !graphs) {
         fprintf(stderr, "cupool-bench: --timeline is for graphs\n");
+        return 2;
+    }
+    if (timeline && json) {
+        fprintf(stderr, "cupool-bench: --timeline cannot be combined with --json (the "
+                        "timeline has no JSON form): drop one of the two\n");
         return 2;
     }
 

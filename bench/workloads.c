@@ -122,7 +122,12 @@ static void wl_usage(FILE *f)
             "  --quick          a tenth of the iterations (for tests; figures are noisier)\n"
             "  --signatures S   service-mix: pipeline signatures, 1 to 64 (default 4)\n"
             "  --timer T        single-call timer: tsc (default where the CPU has an invariant\n"
-            "                   TSC) or clock (clock_gettime(CLOCK_MONOTONIC))\n");
+            "                   TSC) or clock (clock_gettime(CLOCK_MONOTONIC))\n"
+            "service-mix rows: checked (pools that check their context, streams released\n"
+            "unvouched) and promised (CUPOOL_POOL_CONTEXT_OUTLIVES pools, streams released\n"
+            "vouched: no driver call on a request thread). The run ends with the key figures,\n"
+            "each against its target (stated for the H200: on the simulated driver NOT MET\n"
+            "means nothing; (aim): a goal, not a requirement). cupool-bench(1) says more.\n");
 }
 
 /* 0: go on; 1: --help printed (exit 0); 2: bad arguments (printed). */
@@ -2057,14 +2062,17 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     cupool_maintenance_stats_t m;
     MCHECK(cupool_maintenance_stats_get(&m));
     if (!opt_json) {
-        printf("\nmaintenance thread: %s, %llu rounds, %llu creates, %llu destroys; request "
-               "threads: %llu creates, %llu destroys (whole run)\n",
+        printf("\nmaintenance thread: %s, %llu wakeups, %llu creates, %llu destroys; request "
+               "threads: %llu creates, %llu destroys (whole run, the cupool_trim() calls between "
+               "workloads included)\n",
                m.running ? "running" : "not running", (unsigned long long)m.wakeups,
                (unsigned long long)m.background_creates,
                (unsigned long long)m.background_destroys, (unsigned long long)m.request_creates,
                (unsigned long long)m.request_destroys);
         if (nkeys_out)
-            printf("\nkey figures%s (target in brackets):\n", label);
+            printf("\nkey figures%s (target in brackets; targets are stated for the H200%s;\n"
+                   "(aim): a goal, not a requirement):\n",
+                   label, label[0] ? ": on the simulated driver NOT MET means nothing" : "");
         for (int i = 0; i < nkeys_out; i++) {
             const struct key_fig *k = &keys_out[i];
             char v[24], t[24];

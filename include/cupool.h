@@ -339,7 +339,8 @@ CUPOOL_API CUresult cupool_stats_print(FILE *out);
  * mode, unload. A service in steady state should see the request_ figures stop growing.
  */
 typedef struct cupool_maintenance_stats {
-    int running;                  /**< 1 while the maintenance thread runs */
+    int running;                  /**< 1 once the maintenance thread was started, until it stops
+                                       (its name may show in /proc a moment later) */
     uint64_t wakeups;             /**< rounds of work the maintenance thread ran */
     uint64_t background_creates;  /**< handles created by the maintenance thread */
     uint64_t background_destroys; /**< handles destroyed by the maintenance thread */
