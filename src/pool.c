@@ -1361,7 +1361,9 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->misses, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->live, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->high_water, 0, CUPOOL_RELAXED);
-    atomic_store_explicit(&c->depot_min, INT64_MAX, CUPOOL_RELAXED); /* no pop yet */
+    /* the depot starts empty: its minimum over the first interval is 0, so handles released
+     * into it then decay a whole decay time after the interval, not earlier */
+    atomic_store_explicit(&c->depot_min, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->reserve, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->want, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->missed, false, CUPOOL_RELAXED);

@@ -83,12 +83,13 @@ START_TEST(decay_destroys_unused_idle_handles_off_request_threads)
     ck_assert_uint_eq(st.idle, 96);
     ck_assert_uint_eq(st.destroys, 0);
     ck_assert(cupool__maint_flush(FLUSH_NS));
-    /* three ticks: nothing has been idle for a whole decay time (four ticks) yet */
-    for (int i = 0; i < 3; i++)
+    /* four ticks: the first interval began with the depot empty, so nothing has been idle
+     * for four whole intervals (one decay time) yet */
+    for (int i = 0; i < 4; i++)
         tick();
     ck_assert_uint_eq(tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).destroys, 0);
     unsigned long mine = here_calls();
-    tick(); /* the depot held 64 through four intervals, none popped */
+    tick(); /* the depot held 64 through four whole intervals */
     st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
     ck_assert_uint_eq(st.destroys, 64);
     ck_assert_uint_eq(st.idle, 32);
