@@ -1784,6 +1784,23 @@ __attribute__((noinline)) static CUresult release_general(const struct cupool__c
     return release_slow(cls, rec, idle_state);
 }
 
+/* Pushes an owned record onto this thread's loaded magazine for class index `index` when it
+ * has room, in `idle_state`; false otherwise (nothing changed). */
+__attribute__((always_inline)) static inline bool slot_push(struct cupool__tcache *tc,
+                                                            uint32_t index,
+                                                            struct cupool__handle *rec, void *h,
+                                                            uint32_t idle_state)
+{
+    struct cupool__slot *s = slot_of(tc, index);
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    if (CUPOOL_UNLIKELY(m == NULL || s->count >= cupool__mag_capacity))
+        return false;
+    atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+    m->items[s->count++] = (struct cupool__mag_item){rec, h};
+    cupool__counter_inc(&s->releases);
+    return true;
+}
+
 /* Pushes a record found for `h` onto this thread's magazine if every check passes; false
  * otherwise (the general path then decides). */
 __attribute__((always_inline)) static inline bool
@@ -1798,14 +1815,7 @@ release_push(const struct cupool__class_ops *ops, struct cupool__class *expect,
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
                       (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
         /* an explicit pool names its class: its slot is found without waiting for the record */
-        struct cupool__slot *s = slot_of(tc, expect ? expect->index : rec->index);
-        struct cupool__magazine *m = s ? s->loaded : NULL;
-        if (CUPOOL_LIKELY(m != NULL && s->count < cupool__mag_capacity)) {
-            atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-            m->items[s->count++] = (struct cupool__mag_item){rec, h};
-            cupool__counter_inc(&s->releases);
-            return true;
-        }
+        return slot_push(tc, expect ? expect->index : rec->index, rec, h, idle_state);
     }
     return false;
 }
@@ -2353,14 +2363,8 @@ pool_release_hit(const void *pool, const struct cupool__class_ops *ops, void *h,
         if (CUPOOL_LIKELY(rec->index == index && rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
                           rec->kind == (uint32_t)ops->kind &&
                           atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED)) {
-            struct cupool__slot *s = slot_of(tc, index);
-            struct cupool__magazine *m = s ? s->loaded : NULL;
-            if (CUPOOL_LIKELY(m != NULL && s->count < cupool__mag_capacity)) {
-                atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-                m->items[s->count++] = (struct cupool__mag_item){rec, h};
-                cupool__counter_inc(&s->releases);
+            if (CUPOOL_LIKELY(slot_push(tc, index, rec, h, idle_state)))
                 return CUDA_SUCCESS;
-            }
         }
     }
     return pool_release_general(pool, ops, h, idle_state);
