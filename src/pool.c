@@ -1390,18 +1390,15 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
 {
     bool ctx_current = ctx == NULL;
     CUresult r;
-    if (ctx_current) {
-        r = (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx)));
-        if (r != CUDA_SUCCESS)
-            return cupool__fail(r, "cuCtxGetCurrent failed");
-        if (!ctx)
-            return cupool__fail(CUDA_ERROR_INVALID_CONTEXT, "no current context");
-    }
     int clamped = 0;
-    if (ops->kind == CUPOOL_KIND_STREAM) {
+    if (ops->kind == CUPOOL_KIND_STREAM && ctx_current) {
+        /* the current context's range, cached per thread by context id */
+        if ((r = cupool__stream_priority_clamp_as(ctx_id, priority, &clamped)) != CUDA_SUCCESS)
+            return r;
+    } else if (ops->kind == CUPOOL_KIND_STREAM) {
         struct cupool__class probe = {.ctx = ctx, .ctx_id = ctx_id, .ops = ops, .alive = 1};
         struct ctx_guard g = {false, NULL};
-        if (!ctx_current && (r = ctx_enter(&probe, &g)) != CUDA_SUCCESS)
+        if ((r = ctx_enter(&probe, &g)) != CUDA_SUCCESS)
             return r;
         r = cupool__stream_priority_clamp(priority, &clamped);
         ctx_leave(&g);
@@ -1412,6 +1409,13 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
     if (c) {
         *out = c;
         return CUDA_SUCCESS;
+    }
+    if (ctx_current) { /* the context itself is needed only to make a class */
+        r = (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx)));
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "cuCtxGetCurrent failed");
+        if (!ctx)
+            return cupool__fail(CUDA_ERROR_INVALID_CONTEXT, "no current context");
     }
     if (CUPOOL_UNLIKELY(cupool__class_miss_hook != NULL))
         cupool__class_miss_hook(); /* tests: every racing creator gets here before any creates */

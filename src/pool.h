@@ -169,6 +169,11 @@ struct cupool__tcache {
      * common acquire, use, release on one thread) finds it here without a registry lookup.
      * Only a hint: a release trusts it only if the record still names the handle. */
     struct cupool__handle *last;
+    /* The stream priority range of the context this thread's class lookups asked about last
+     * (context id, least, greatest): a lookup that missed the class cache needs no driver call
+     * for the clamp when the context is the same. A context id is never reused. */
+    unsigned long long prio_ctx_id;
+    int prio_least, prio_greatest;
     struct cupool__tcache *next;
     _Atomic int active;
     /* cupool__classes_retired when this thread last moved the handles of retired classes
@@ -451,7 +456,9 @@ struct cupool__tcache *cupool__tcaches(void);
 /* Per-slot counters of class `index` in `tc`, summed by the statistics reader. */
 const struct cupool__slot *cupool__slot_peek(const struct cupool__tcache *tc, uint32_t index);
 
-/* Stream-specific steps the hot path calls (stream_pool.c). */
+/* Stream-specific steps the hot path calls (stream_pool.c). The clamp runs with the context
+ * current; `ctx_id` (0: unknown) lets the thread's cache of the range answer. */
 CUresult cupool__stream_priority_clamp(int requested, int *clamped);
+CUresult cupool__stream_priority_clamp_as(unsigned long long ctx_id, int requested, int *clamped);
 
 #endif

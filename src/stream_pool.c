@@ -28,11 +28,26 @@ const struct cupool__class_ops cupool__stream_ops = {
  * the class's context current. */
 CUresult cupool__stream_priority_clamp(int requested, int *clamped)
 {
+    return cupool__stream_priority_clamp_as(0, requested, clamped);
+}
+
+CUresult cupool__stream_priority_clamp_as(unsigned long long ctx_id, int requested, int *clamped)
+{
     int least = 0, greatest = 0;
-    CUresult r =
-        (CUPOOL_DRV(cupool__drv.cuCtxGetStreamPriorityRange(&least, &greatest)));
-    if (r != CUDA_SUCCESS)
-        return cupool__fail(r, "cuCtxGetStreamPriorityRange failed");
+    struct cupool__tcache *tc = cupool__tcache_peek();
+    if (ctx_id != 0 && tc != NULL && tc->prio_ctx_id == ctx_id) {
+        least = tc->prio_least;
+        greatest = tc->prio_greatest;
+    } else {
+        CUresult r = (CUPOOL_DRV(cupool__drv.cuCtxGetStreamPriorityRange(&least, &greatest)));
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "cuCtxGetStreamPriorityRange failed");
+        if (ctx_id != 0 && tc != NULL) {
+            tc->prio_ctx_id = ctx_id;
+            tc->prio_least = least;
+            tc->prio_greatest = greatest;
+        }
+    }
     /* greatest is numerically the lowest (e.g. -5), least the highest (0) */
     int v = requested;
     if (v < greatest)
