@@ -16,6 +16,14 @@ static void setup(void)
     tu_setup();
 }
 
+/* The simulated-driver cases inject faults by call count and count calls: every driver call
+ * on the test's thread (no maintenance thread), so that the n-th call is the test's. */
+static void setup_inline(void)
+{
+    setenv("CUPOOL_BACKGROUND", "0", 1);
+    tu_setup();
+}
+
 /* ---- streams: basics ---- */
 
 START_TEST(stream_acquire_release_reuses)
@@ -962,7 +970,7 @@ static Suite *api_suite(void)
     /* Fault injection, teardown and live-handle counts need the simulated driver. */
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
-        tcase_add_checked_fixture(sim, setup, NULL);
+        tcase_add_checked_fixture(sim, setup_inline, NULL);
         tcase_add_test(sim, fault_in_create_leaves_pool_working);
         tcase_add_test(sim, release_makes_no_driver_call);
         tcase_add_test(sim, teardown_stops_driver_calls);

@@ -896,6 +896,8 @@ END_TEST
  * with its completion event. Returns the pipeline, its launches finished. */
 static cupool_pipeline_t bury_a_used_once_exec(void)
 {
+    /* faults by call count: the graveyard reaped on the test's thread only */
+    setenv("CUPOOL_BACKGROUND", "0", 1);
     setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
     cupool_pipeline_t p;
     TU_OK(cupool_pipeline_create(&p));
