@@ -41,6 +41,9 @@ static pthread_t maint_thread;
 /* Flushes (cupool__maint_flush): the sequence asked for, and the one the thread's last
  * completed round had seen when it began. */
 static _Atomic uint64_t flush_asked, flush_done;
+/* Set while the thread looks again within a millisecond (a class keeps a reserve to fill):
+ * a nudge then needs no wake-up. */
+static _Atomic bool maint_polling;
 
 static void cond_init(void)
 {
@@ -94,6 +97,7 @@ static void *maint_main(void *arg)
             next_tick = now + period;
         if ((want & CUPOOL_MAINT_POOLS) || tick || now >= next_pools) {
             uint64_t d = cupool__pools_maintain();
+            atomic_store_explicit(&maint_polling, d <= 1000000u, CUPOOL_RELAXED);
             next_pools = d == UINT64_MAX ? UINT64_MAX : cupool__monotonic_ns() + d;
         }
         if ((want & CUPOOL_MAINT_GRAVES) || now >= next_graves) {
@@ -163,7 +167,8 @@ bool cupool__maint_kick(uint32_t what)
 
 bool cupool__maint_nudge(uint32_t what)
 {
-    if (atomic_load_explicit(&maint_state, CUPOOL_ACQUIRE) != M_RUNNING)
+    if (atomic_load_explicit(&maint_state, CUPOOL_ACQUIRE) != M_RUNNING ||
+        !atomic_load_explicit(&maint_polling, CUPOOL_RELAXED))
         return cupool__maint_kick(what);
     if (!cupool__cfg.background || cupool__state_now() != CUPOOL_ST_RUNNING)
         return false;

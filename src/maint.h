@@ -42,10 +42,10 @@ bool cupool__maint_enabled(void);
  * (disabled, not RUNNING, a forked child, could not start): the caller does the work inline. */
 bool cupool__maint_kick(uint32_t what);
 
-/* Asks for `what` without waking the thread: it looks at the bits at its next round, which
- * comes within a millisecond while a class keeps a reserve (cupool__pools_maintain's answer).
- * No system call: for request threads' exchanges, where a futex wake would be the tail. Starts
- * the thread if it never ran. False as cupool__maint_kick. */
+/* Asks for `what` without waking the thread while it polls (it looks at the bits within a
+ * millisecond while a class has a reserve to fill: cupool__pools_maintain's answer), and as
+ * cupool__maint_kick otherwise. No system call while it polls: for request threads'
+ * exchanges, where a futex wake would be the tail. False as cupool__maint_kick. */
 bool cupool__maint_nudge(uint32_t what);
 
 /* Stops it: at exit (join false) and unload (join true). Idempotent. */

@@ -360,6 +360,27 @@ START_TEST(failed_destroys_on_the_maintenance_thread_are_retried)
 }
 END_TEST
 
+/* A program that trims between requests: each trim empties the depot, so the next acquire
+ * misses. Trim forgets the class's learned demand (reserve, warm-up), so those misses create
+ * only what they need; before, each one doubled the reserve and the maintenance thread filled
+ * it, for the next trim to destroy: 400 rounds made 400,000 streams. */
+START_TEST(trims_between_requests_create_nothing_ahead)
+{
+    setup_decay("1000");
+    churn(4);
+    tick(); /* past the warm-up */
+    for (int i = 0; i < 50; i++) {
+        churn(4);
+        TU_OK(cupool_trim());
+        ck_assert(cupool__maint_flush(FLUSH_NS));
+    }
+    cupool_maintenance_stats_t m = mstats();
+    ck_assert_uint_eq(m.background_creates, 0);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_le(st.high_water, 4);
+}
+END_TEST
+
 /* The application resets the context while the maintenance thread destroys a backlog of its
  * streams. cupool_context_release() first: the thread's unit in progress ends, the context's
  * classes are retired, and none of its handles reaches the driver after the reset (the
@@ -403,6 +424,7 @@ int main(void)
     tcase_add_test(tc, forked_child_has_no_maintenance_thread);
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
     tcase_add_test(tc, context_release_keeps_the_thread_off_a_reset_context);
+    tcase_add_test(tc, trims_between_requests_create_nothing_ahead);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
