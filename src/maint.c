@@ -44,6 +44,8 @@ static _Atomic uint64_t flush_asked, flush_done;
 /* Set while the thread looks again within a millisecond (a class keeps a reserve to fill):
  * a nudge then needs no wake-up. */
 static _Atomic bool maint_polling;
+/* When the thread wakes next at the latest (monotonic ns; UINT64_MAX while it works). */
+static _Atomic uint64_t maint_wake_at = UINT64_MAX;
 
 static void cond_init(void)
 {
@@ -83,12 +85,14 @@ static void *maint_main(void *arg)
             until = next_pools < until ? next_pools : until;
             until = next_graves < until ? next_graves : until;
             struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
+            atomic_store_explicit(&maint_wake_at, until, CUPOOL_RELAXED);
             maint_sleeping = true;
             int rc;
             do
                 rc = pthread_cond_timedwait(&maint_cond, &maint_lock, &ts);
             while (rc == EINTR);
             maint_sleeping = false;
+            atomic_store_explicit(&maint_wake_at, UINT64_MAX, CUPOOL_RELAXED);
             continue;
         }
         pthread_mutex_unlock(&maint_lock);
@@ -163,6 +167,14 @@ bool cupool__maint_kick(uint32_t what)
         pthread_cond_signal(&maint_cond);
     pthread_mutex_unlock(&maint_lock);
     return true;
+}
+
+bool cupool__maint_due(uint64_t at)
+{
+    if (atomic_load_explicit(&maint_state, CUPOOL_ACQUIRE) == M_RUNNING &&
+        at >= atomic_load_explicit(&maint_wake_at, CUPOOL_RELAXED))
+        return true; /* it wakes before then anyway, and looks at every class */
+    return cupool__maint_kick(CUPOOL_MAINT_POOLS);
 }
 
 bool cupool__maint_nudge(uint32_t what)

@@ -48,6 +48,10 @@ bool cupool__maint_kick(uint32_t what);
  * exchanges, where a futex wake would be the tail. False as cupool__maint_kick. */
 bool cupool__maint_nudge(uint32_t what);
 
+/* Tells the thread of pool work due at monotonic time `at` (a new class's first decay tick):
+ * a kick only when the thread would sleep past it (or does not run yet). */
+bool cupool__maint_due(uint64_t at);
+
 /* Stops it: at exit (join false) and unload (join true). Idempotent. */
 void cupool__maint_stop(bool join);
 /* In a forked child: the thread does not exist there; forget it without touching its lock. */

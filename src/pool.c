@@ -1435,7 +1435,9 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
             return CUDA_SUCCESS;
         }
         if (c) {
-            (void)cupool__maint_kick(CUPOOL_MAINT_POOLS); /* its first decay tick, at least */
+            /* its first decay tick: the thread must wake for it (a kick per class made the
+             * thread walk the whole table once per class when 16,384 were made) */
+            (void)cupool__maint_due(cupool__monotonic_ns() + cupool__decay_period_ns());
             classes_retire_reset(ctx, ctx_id);
             if (atomic_load(&classes_dead) >= RECLAIM_AT) /* keeps indexes (and slots) low */
                 atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
