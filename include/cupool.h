@@ -549,6 +549,15 @@ CUPOOL_API CUresult cupool_cuStreamDestroy(CUstream hStream);
 CUPOOL_API CUresult cupool_cuEventCreate(CUevent *phEvent, unsigned int Flags);
 /** cuEventDestroy: as cupool_cuStreamDestroy, for events. */
 CUPOOL_API CUresult cupool_cuEventDestroy(CUevent hEvent);
+/**
+ * cuDevicePrimaryCtxReset and cuCtxDestroy with cupool_context_release() first (for the
+ * primary context: when it is active), then the driver's call, whose result they return
+ * (CUDA_ERROR_NOT_SUPPORTED where the driver lacks it; an init error when the driver cannot
+ * be loaded). libcupool_preload.so puts them in place of the driver's, so that programs and
+ * the CUDA runtime (cudaDeviceReset) reset safely while the maintenance thread works.
+ */
+CUPOOL_API CUresult cupool_cuDevicePrimaryCtxReset(CUdevice dev);
+CUPOOL_API CUresult cupool_cuCtxDestroy(CUcontext ctx);
 
 #ifdef __cplusplus
 }

@@ -91,6 +91,50 @@ CUPOOL_API CUresult cupool_cuEventDestroy(CUevent hEvent)
     return destroy(hEvent, false);
 }
 
+/* ---- contexts about to go: the pools let go of them first ---- */
+
+/* A reset or destroy of a context whose handles cupool pools: cupool_context_release() first,
+ * so that the maintenance thread, which calls the driver at moments the program does not
+ * order, has finished with that context before the driver tears it down (the driver crashes
+ * on a handle of a reset context). Then the driver's own call, whatever cupool said. */
+CUPOOL_API CUresult cupool_cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    if (!exiting()) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    if (!cupool__drv.cuDevicePrimaryCtxReset)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver has no cuDevicePrimaryCtxReset");
+    unsigned flags = 0;
+    int active = 0;
+    CUcontext ctx = NULL;
+    if (!exiting() && cupool__drv.cuDevicePrimaryCtxGetState &&
+        cupool__drv.cuDevicePrimaryCtxRetain && cupool__drv.cuDevicePrimaryCtxRelease &&
+        CUPOOL_DRV(cupool__drv.cuDevicePrimaryCtxGetState(dev, &flags, &active)) ==
+            CUDA_SUCCESS &&
+        active && CUPOOL_DRV(cupool__drv.cuDevicePrimaryCtxRetain(&ctx, dev)) == CUDA_SUCCESS) {
+        (void)cupool_context_release(ctx); /* the reset that follows ends the handles anyway */
+        (void)CUPOOL_DRV(cupool__drv.cuDevicePrimaryCtxRelease(dev));
+    }
+    return exiting() ? cupool__drv.cuDevicePrimaryCtxReset(dev)
+                     : CUPOOL_DRV(cupool__drv.cuDevicePrimaryCtxReset(dev));
+}
+
+CUPOOL_API CUresult cupool_cuCtxDestroy(CUcontext ctx)
+{
+    if (!exiting()) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    if (!cupool__drv.cuCtxDestroy)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver has no cuCtxDestroy");
+    if (ctx && !exiting())
+        (void)cupool_context_release(ctx);
+    return exiting() ? cupool__drv.cuCtxDestroy(ctx) : CUPOOL_DRV(cupool__drv.cuCtxDestroy(ctx));
+}
+
 /* ---- the runtime API ---- */
 
 /* Values of cudaError_t (CUDA 13's driver_types.h). The runtime numbers an error as the

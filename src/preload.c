@@ -159,6 +159,8 @@ void cupool__preload_own_entries(void *h)
         {(void **)&cupool__drv.cuStreamDestroy_v2, "cuStreamDestroy_v2"},
         {(void **)&cupool__drv.cuEventCreate, "cuEventCreate"},
         {(void **)&cupool__drv.cuEventDestroy_v2, "cuEventDestroy_v2"},
+        {(void **)&cupool__drv.cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2"},
+        {(void **)&cupool__drv.cuCtxDestroy_v2, "cuCtxDestroy_v2"},
     };
     for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++)
         if (*e[i].slot && is_self(*e[i].slot)) {
@@ -189,6 +191,13 @@ static void *substitute(const char *name, int version)
         return (void *)cupool_cuEventCreate;
     if (!strcmp(name, "cuEventDestroy") || !strcmp(name, "cuEventDestroy_v2"))
         return (void *)cupool_cuEventDestroy;
+    /* the pools let go of a context before it is reset or destroyed (the ABI versions
+     * cupool calls: the legacy ones are the driver's own) */
+    if ((!strcmp(name, "cuDevicePrimaryCtxReset") && version >= 11000) ||
+        !strcmp(name, "cuDevicePrimaryCtxReset_v2"))
+        return (void *)cupool_cuDevicePrimaryCtxReset;
+    if ((!strcmp(name, "cuCtxDestroy") && version >= 4000) || !strcmp(name, "cuCtxDestroy_v2"))
+        return (void *)cupool_cuCtxDestroy;
     /* the lookup function itself, so that later lookups come here too */
     if (!strcmp(name, "cuGetProcAddress"))
         return version >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
@@ -385,6 +394,20 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     init();
     PASS(CUresult, cuStreamDestroy_v2, (CUstream), (hStream))
     return cupool_cuStreamDestroy(hStream);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    init();
+    PASS(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice), (dev))
+    return cupool_cuDevicePrimaryCtxReset(dev);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    init();
+    PASS(CUresult, cuCtxDestroy_v2, (CUcontext), (ctx))
+    return cupool_cuCtxDestroy(ctx);
 }
 
 EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)

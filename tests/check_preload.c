@@ -163,6 +163,19 @@ END_TEST
 
 /* CUPOOL_DRIVER_PATH unset, the program opens its driver from a path of its own: the
  * preload's cupool loads that same driver. */
+/* A program that resets its context (through the driver's name: cuGetProcAddress or dlsym)
+ * while streams it destroyed wait over a small idle cap for cupool's maintenance thread: the
+ * preload's reset lets go of the context first, so no destroy of the old context's streams
+ * reaches the driver after it (the simulated driver aborts on one, the H200 crashes). */
+START_TEST(preload_resets_safely_while_the_maintenance_thread_works)
+{
+    struct outcome o = run("gpa-reset", tu_fake.present ? 100 : 5, 1, NULL);
+    ck_assert_msg(strstr(o.out, "resets "), "%s", o.out);
+    o = run("dlsym-reset", tu_fake.present ? 100 : 5, 1, NULL);
+    ck_assert_msg(strstr(o.out, "resets "), "%s", o.out);
+}
+END_TEST
+
 START_TEST(preload_follows_the_programs_driver)
 {
     struct outcome o = run("gpa", 500, 1, "!CUPOOL_DRIVER_PATH");
@@ -241,6 +254,7 @@ int main(void)
     tcase_add_test(tc, preload_pools_cuGetProcAddress_lookups);
     tcase_add_test(tc, preload_pools_dlsym_lookups);
     tcase_add_test(tc, preload_follows_the_programs_driver);
+    tcase_add_test(tc, preload_resets_safely_while_the_maintenance_thread_works);
     tcase_add_test(tc, without_preload_nothing_changes);
     tcase_add_test(tc, disabled_preload_passes_everything_through);
     suite_add_tcase(s, tc);

@@ -6,7 +6,10 @@
  * creates and destroys streams and events in a loop, using each one. check_preload runs it
  * with and without libcupool_preload.so.
  *
- *   preload_prog MODE N    MODE: gpa (cuGetProcAddress) or dlsym; N: pairs
+ *   preload_prog MODE N    MODE: gpa (cuGetProcAddress) or dlsym; N: pairs; or
+ *                          gpa-reset / dlsym-reset: then N rounds of 300 streams created and
+ *                          destroyed (over a small idle cap, so that cupool's maintenance
+ *                          thread destroys a backlog) and a cuDevicePrimaryCtxReset
  * Prints "pairs N ns P driver-creates C" (C: streams the driver created, simulated driver
  * only, else -1) and exits 0 when every call behaved as the driver's.
  */
@@ -29,6 +32,7 @@ static CUresult (*p_cuEventDestroy)(CUevent);
 static CUresult (*p_cuEventRecord)(CUevent, CUstream);
 static CUresult (*p_cuStreamSynchronize)(CUstream);
 static CUresult (*p_cuStreamGetFlags)(CUstream, unsigned *);
+static CUresult (*p_cuDevicePrimaryCtxReset)(CUdevice);
 
 static int failures;
 #define OK(call)                                                                             \
@@ -44,6 +48,12 @@ int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "gpa";
     int n = argc > 2 ? atoi(argv[2]) : 1000;
+    int resets = strstr(mode, "-reset") != NULL;
+    if (resets) { /* read by cupool at its first call */
+        setenv("CUPOOL_STREAM_IDLE_MAX", "16", 1);
+        setenv("CUPOOL_MAGAZINE_SIZE", "4", 1);
+        mode = !strncmp(mode, "dlsym", 5) ? "dlsym" : "gpa";
+    }
     const char *path = getenv("PRELOAD_PROG_DRIVER"); /* a driver cupool is not told of */
     if (!path)
         path = getenv("CUPOOL_DRIVER_PATH");
@@ -73,9 +83,11 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "dlsym")) { /* the ABI names, as cuda.h maps them */
         *(void **)&p_cuStreamDestroy = dlsym(h, "cuStreamDestroy_v2");
         *(void **)&p_cuEventDestroy = dlsym(h, "cuEventDestroy_v2");
+        *(void **)&p_cuDevicePrimaryCtxReset = dlsym(h, "cuDevicePrimaryCtxReset_v2");
     } else {
         OK(gpa("cuStreamDestroy", (void **)&p_cuStreamDestroy, 4000, 0, NULL));
         OK(gpa("cuEventDestroy", (void **)&p_cuEventDestroy, 4000, 0, NULL));
+        OK(gpa("cuDevicePrimaryCtxReset", (void **)&p_cuDevicePrimaryCtxReset, 11000, 0, NULL));
     }
     if (failures || !p_cuInit || !p_cuStreamCreate || !p_cuStreamDestroy || !p_cuEventDestroy)
         return 1;
@@ -111,6 +123,28 @@ int main(int argc, char **argv)
     if (!gpa1 || gpa1("cuStreamCreate", &via1, 2000, 0) != CUDA_SUCCESS || !via1) {
         fprintf(stderr, "preload_prog: cuGetProcAddress (11.3 form) failed\n");
         failures++;
+    }
+    if (resets) {
+        /* the program resets the context while streams it destroyed sit over the idle cap:
+         * cupool's maintenance thread may be destroying them at that moment, which the driver
+         * does not survive unless cupool lets go of the context first (the simulated driver
+         * aborts the process) */
+        static CUstream held[300];
+        for (int round = 0; round < n && !failures; round++) {
+            for (int i = 0; i < 300; i++)
+                OK(p_cuStreamCreate(&held[i], CU_STREAM_NON_BLOCKING));
+            for (int i = 0; i < 300; i++)
+                OK(p_cuStreamDestroy(held[i]));
+            OK(p_cuDevicePrimaryCtxReset(dev));
+            OK(p_cuDevicePrimaryCtxRetain(&ctx, dev));
+            OK(p_cuCtxSetCurrent(ctx));
+        }
+        CUstream s;
+        OK(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)); /* the new context works */
+        OK(p_cuStreamSynchronize(s));
+        OK(p_cuStreamDestroy(s));
+        printf("resets %d\n", n);
+        return failures ? 1 : 0;
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
