@@ -1584,64 +1584,73 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
     }
 }
 
-/* The top of the magazine is a stream released unchecked (current-context API): check it is
- * not capturing, then hand it out; anything else goes the general way. Kept out of line so the
- * fast path below saves no registers. */
-__attribute__((noinline)) static CUresult acquire_unchecked_top(struct cupool__class *cls,
-                                                                struct cupool__slot *s,
-                                                                struct cupool__handle *rec,
-                                                                bool ctx_current, void **out)
+/*
+ * A hit on the top of this thread's magazine for class index `index`, when the record there
+ * carries `gen32` (its class's incarnation: see struct cupool__handle) and is a clean idle
+ * handle, or a stream released unvouched that cuStreamIsCapturing finds idle. True: handed
+ * out. False: not a hit, nothing changed; the caller goes to acquire_general, which decides
+ * everything again (a stream whose capture check failed is checked once more there, and
+ * disposed of or its error returned).
+ * No read section is needed: the magazine is this thread's, records are type-stable, and a
+ * class with a registered record is never reclaimed.
+ */
+/* slot_hit's stream released unvouched: the capture check, then the hit. Out of line, so the
+ * vouched hit saves no registers. */
+__attribute__((noinline)) static bool slot_hit_unchecked(struct cupool__tcache *tc,
+                                                        struct cupool__slot *s,
+                                                        struct cupool__mag_item it, void **out)
 {
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    CUstream h = atomic_load_explicit(&rec->handle, CUPOOL_RELAXED);
-    if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(h, &cs)) != CUDA_SUCCESS ||
+    if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs)) != CUDA_SUCCESS ||
         cs != CU_STREAM_CAPTURE_STATUS_NONE)
-        return acquire_general(cls, ctx_current, out); /* pops it again, disposes of it */
+        return false;
+    s->count--;
+    atomic_store_explicit(&it.rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+    cupool__counter_inc(&s->acquires);
+    tc->last = it.rec;
+    *out = it.handle;
+    return true;
+}
+
+__attribute__((always_inline)) static inline bool slot_hit(struct cupool__tcache *tc, uint32_t index,
+                                                          uint32_t gen32, void **out)
+{
+    struct cupool__slot *s = slot_of(tc, index);
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    if (CUPOOL_UNLIKELY(m == NULL || s->count == 0))
+        return false;
+    struct cupool__mag_item it = m->items[s->count - 1];
+    struct cupool__handle *rec = it.rec;
+    uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
+    if (CUPOOL_UNLIKELY(rec->gen != gen32))
+        return false;
+    if (st == CUPOOL_H_IDLE_UNCHECKED)
+        return slot_hit_unchecked(tc, s, it, out);
+    if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE))
+        return false;
     s->count--;
     atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
     cupool__counter_inc(&s->acquires);
-    cupool__tl->last = rec;
-    *out = h;
-    return CUDA_SUCCESS;
+    tc->last = rec;
+    *out = it.handle;
+    return true;
 }
 
 /*
- * The acquire fast path: the top of the thread's loaded magazine, when it is a clean idle
- * handle. Inlined into each public acquire, so a hit is straight-line code with no call.
+ * The acquire of a handle of `cls`: a hit (slot_hit) when the thread's magazine for it has a
+ * clean top, else the general path. An explicit pool's class may be known dead (its context
+ * reset): its handles are never handed out; the current-context API matched the live
+ * context's id just now. Inlined into each public acquire.
  */
-__attribute__((always_inline)) static inline CUresult
-acquire_from_slot(struct cupool__class *cls, uint32_t index, bool ctx_current, void **out)
-{
-    struct cupool__tcache *tc = cupool__tl;
-    /* An explicit pool's class may be known dead (its context reset): never hand out its
-     * handles. The current-context API matched the live context's id just now. */
-    if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
-                      (ctx_current || atomic_load_explicit(&cls->alive, CUPOOL_RELAXED)))) {
-        struct cupool__slot *s = slot_of(tc, index);
-        struct cupool__magazine *m = s ? s->loaded : NULL;
-        if (CUPOOL_LIKELY(m != NULL && s->count != 0)) {
-            struct cupool__mag_item it = m->items[s->count - 1];
-            struct cupool__handle *rec = it.rec;
-            uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
-            if (CUPOOL_LIKELY(st == CUPOOL_H_IDLE)) {
-                s->count--;
-                atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
-                cupool__counter_inc(&s->acquires);
-                tc->last = rec;
-                *out = it.handle;
-                return CUDA_SUCCESS;
-            }
-            if (st == CUPOOL_H_IDLE_UNCHECKED)
-                return acquire_unchecked_top(cls, s, rec, ctx_current, out);
-        }
-    }
-    return acquire_general(cls, ctx_current, out);
-}
-
 __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool__class *cls,
                                                                    bool ctx_current, void **out)
 {
-    return acquire_from_slot(cls, cls->index, ctx_current, out);
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
+                      (ctx_current || atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))) &&
+        slot_hit(tc, cls->index, cupool__class_gen32(cls), out))
+        return CUDA_SUCCESS;
+    return acquire_general(cls, ctx_current, out); /* a failed capture check: checked again */
 }
 
 /* Why a release was refused; or, for a handle of a context that is gone, its quiet end. */
@@ -1904,58 +1913,6 @@ static struct cupool__cc_entry *cc_victim(struct cupool__cc_entry *set, unsigned
     return &set[0];
 }
 
-/*
- * A hit on the top of this thread's magazine for class index `index`, when the record there
- * carries `gen32` (its class's incarnation: see struct cupool__handle) and is a clean idle
- * handle, or a stream released unvouched that cuStreamIsCapturing finds idle. 1: handed out;
- * 0: not a hit (the caller takes its general path, which decides everything again); -1: that
- * stream's check failed or found it capturing (the caller goes straight to acquire_general,
- * which checks it once more and disposes of it or returns the error).
- * No read section is needed: the magazine is this thread's, records are type-stable, and a
- * class with a registered record is never reclaimed.
- */
-/* slot_hit's stream released unvouched: the capture check, then the hit. Out of line, so the
- * vouched hit saves no registers. */
-__attribute__((noinline)) static int slot_hit_unchecked(struct cupool__tcache *tc,
-                                                        struct cupool__slot *s,
-                                                        struct cupool__mag_item it, void **out)
-{
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs)) != CUDA_SUCCESS ||
-        cs != CU_STREAM_CAPTURE_STATUS_NONE)
-        return -1;
-    s->count--;
-    atomic_store_explicit(&it.rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
-    cupool__counter_inc(&s->acquires);
-    tc->last = it.rec;
-    *out = it.handle;
-    return 1;
-}
-
-__attribute__((always_inline)) static inline int slot_hit(struct cupool__tcache *tc, uint32_t index,
-                                                          uint32_t gen32, void **out)
-{
-    struct cupool__slot *s = slot_of(tc, index);
-    struct cupool__magazine *m = s ? s->loaded : NULL;
-    if (CUPOOL_UNLIKELY(m == NULL || s->count == 0))
-        return 0;
-    struct cupool__mag_item it = m->items[s->count - 1];
-    struct cupool__handle *rec = it.rec;
-    uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
-    if (CUPOOL_UNLIKELY(rec->gen != gen32))
-        return 0;
-    if (st == CUPOOL_H_IDLE_UNCHECKED)
-        return slot_hit_unchecked(tc, s, it, out);
-    if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE))
-        return 0;
-    s->count--;
-    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
-    cupool__counter_inc(&s->acquires);
-    tc->last = rec;
-    *out = it.handle;
-    return 1;
-}
-
 /* The current-context acquire past a class-cache hit: the class lookup (creating it the first
  * time) and the cache entry, inside a read section. */
 __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupool__class_ops *ops,
@@ -2009,15 +1966,13 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
         if (!cc_match(e, id, key))
             e++; /* way 1 */
         if (CUPOOL_LIKELY(cc_match(e, id, key))) {
-            int hit = 0;
             if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING) &&
-                (hit = slot_hit(tc, e->index, (uint32_t)e->gen, out)) > 0)
+                slot_hit(tc, e->index, (uint32_t)e->gen, out))
                 return CUDA_SUCCESS;
             cupool__read_enter(tc);
             /* the struct may have been reclaimed and reused for another class since */
             if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {
-                r = hit < 0 ? acquire_general(e->cls, true, out)
-                            : acquire_from_slot(e->cls, e->index, true, out);
+                r = acquire_general(e->cls, true, out); /* the hit above failed */
                 cupool__read_leave(tc);
                 if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
                     return r;
@@ -2231,10 +2186,10 @@ static inline CUresult pool_ctx_check(struct cupool__class *cls)
     return pool_ctx_refused(cls);
 }
 
-/* The general explicit-pool acquire, inside a read section; `vetted` (the hit path found the
- * top stream's capture check failing): straight to acquire_general, which checks it again. */
+/* The general explicit-pool acquire, inside a read section; `tried`: the hit (slot_hit)
+ * failed already, so straight to acquire_general, which decides everything again. */
 static CUresult pool_acquire_as(const void *pool, const struct cupool__class_ops *ops,
-                                void **out, bool vetted);
+                                void **out, bool tried);
 
 static inline CUresult pool_acquire(const void *pool, const struct cupool__class_ops *ops,
                                     void **out)
@@ -2244,7 +2199,7 @@ static inline CUresult pool_acquire(const void *pool, const struct cupool__class
 
 __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
                                                           const struct cupool__class_ops *ops,
-                                                          void **out, bool vetted)
+                                                          void **out, bool tried)
 {
     struct cupool__tcache *rtc = cupool__tl;
     cupool__read_enter(rtc);
@@ -2258,7 +2213,7 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
     else if (!promised && (r = pool_ctx_check(cls)) != CUDA_SUCCESS)
         ;
     else
-        r = vetted ? acquire_general(cls, false, out) : acquire_from(cls, false, out);
+        r = tried ? acquire_general(cls, false, out) : acquire_from(cls, false, out);
     cupool__read_leave(rtc);
     return r;
 }
@@ -2284,10 +2239,9 @@ pool_acquire_checked(const void *pool, const struct cupool__class_ops *ops, void
     CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
     if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
         return pool_acquire(pool, ops, out); /* says why, with the class held */
-    int hit = slot_hit(tc, index, gen32, out);
-    if (CUPOOL_LIKELY(hit > 0))
+    if (CUPOOL_LIKELY(slot_hit(tc, index, gen32, out)))
         return CUDA_SUCCESS;
-    return pool_acquire_as(pool, ops, out, hit < 0);
+    return pool_acquire_as(pool, ops, out, true);
 }
 
 __attribute__((always_inline)) static inline CUresult
@@ -2308,10 +2262,9 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, void **o
         return pool_acquire_as(pool, ops, out, false);
     if (!(v & POOL_PROMISED))
         return pool_acquire_checked(pool, ops, out, tc, cls, index, (uint32_t)gen);
-    int hit = slot_hit(tc, index, (uint32_t)gen, out);
-    if (CUPOOL_LIKELY(hit > 0))
+    if (CUPOOL_LIKELY(slot_hit(tc, index, (uint32_t)gen, out)))
         return CUDA_SUCCESS;
-    return pool_acquire_as(pool, ops, out, hit < 0);
+    return pool_acquire_as(pool, ops, out, true);
 }
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
