@@ -2364,44 +2364,68 @@ static void class_forget_demand(struct cupool__class *cls)
     atomic_store_explicit(&cls->warm, false, CUPOOL_RELAXED);
 }
 
-static CUresult trim_class(struct cupool__class *cls)
+static CUresult trim_class(struct cupool__class *cls, int64_t keep)
 {
     class_forget_demand(cls);
     CUresult first = drain_retired(cls, 0, 0);
-    (void)depot_shrink(cls, (int64_t)cls->low_water, 0, &first);
+    (void)depot_shrink(cls, keep, 0, &first);
     return first;
+}
+
+/* Trims the classes of the table, each inside a read section of its own (a reclamation
+ * elsewhere waits for at most one): every walkable one down to its low-water mark; or, with
+ * `only`, the live classes of that context (and id, when known) down to nothing, retired
+ * after. Returns the first error. */
+static CUresult trim_classes(struct cupool__tcache *tc, CUcontext only, unsigned long long only_id,
+                             bool id_known)
+{
+    CUresult first = CUDA_SUCCESS;
+    uint32_t n = cupool__class_limit();
+    for (uint32_t i = 0; i < n; i++) {
+        cupool__read_enter(tc);
+        struct cupool__class *c = cupool__class_at(i);
+        bool mine = c && (only ? atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ctx == only &&
+                                     (!id_known || c->ctx_id == only_id)
+                               : cupool__class_walkable(c));
+        if (mine) {
+            CUresult r = trim_class(c, only ? 0 : (int64_t)c->low_water);
+            if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
+                first = r;
+            if (only)
+                class_mark_dead(c); /* what other threads still cache is forgotten, no call */
+        }
+        cupool__read_leave(tc);
+    }
+    return first;
+}
+
+/* The entry of trim and context release: the library initialised, the caller's own magazines
+ * back to their depots. */
+static CUresult trim_enter(struct cupool__tcache **tc)
+{
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    *tc = cupool__tcache_peek();
+    if (*tc)
+        tcache_flush(*tc);
+    return CUDA_SUCCESS;
 }
 
 CUresult cupool_context_release(CUcontext ctx)
 {
     if (!ctx)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_context_release: ctx is NULL");
-    CUresult r = cupool__enter();
+    struct cupool__tcache *tc = NULL;
+    CUresult r = trim_enter(&tc);
     if (r != CUDA_SUCCESS)
         return r;
-    struct cupool__tcache *tc = cupool__tcache_peek();
-    if (tc)
-        tcache_flush(tc);
     unsigned long long id = 0;
     bool known = CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id)) == CUDA_SUCCESS;
-    CUresult first = CUDA_SUCCESS;
     /* the maintenance thread is between units of work from here, and finds the classes of
      * ctx retired when it looks again: it never calls the driver with their handles */
     pthread_mutex_lock(&cupool__maint_unit);
-    uint32_t n = cupool__class_limit();
-    for (uint32_t i = 0; i < n; i++) {
-        cupool__read_enter(tc);
-        struct cupool__class *c = cupool__class_at(i);
-        if (c && atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ctx == ctx &&
-            (!known || c->ctx_id == id)) {
-            r = drain_retired(c, 0, 0);
-            (void)depot_shrink(c, 0, 0, &r);
-            if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-                first = r;
-            class_mark_dead(c); /* what other threads still cache is forgotten, no call */
-        }
-        cupool__read_leave(tc);
-    }
+    CUresult first = trim_classes(tc, ctx, id, known);
     cupool__graph_cache_trim(); /* its graveyard too: nothing is left for the thread */
     pthread_mutex_unlock(&cupool__maint_unit);
     classes_reclaim(10000000u);
@@ -2564,30 +2588,16 @@ void cupool__pool_close(bool all_threads)
 
 CUresult cupool_trim(void)
 {
-    CUresult r = cupool__enter();
+    struct cupool__tcache *tc = NULL;
+    CUresult r = trim_enter(&tc);
     if (r != CUDA_SUCCESS)
         return r;
-    struct cupool__tcache *tc = cupool__tcache_peek();
-    if (tc)
-        tcache_flush(tc);
-    CUresult first = CUDA_SUCCESS;
     /* contexts destroyed since (cuCtxDestroy) retire their classes here, so that the pass
      * below forgets their idle handles and the reclamation frees their indexes */
     cupool__read_enter(tc);
     classes_check_contexts();
     cupool__read_leave(tc);
-    uint32_t n = cupool__class_limit();
-    for (uint32_t i = 0; i < n; i++) {
-        /* one read section per class: a reclamation elsewhere waits for at most one */
-        cupool__read_enter(tc);
-        struct cupool__class *c = cupool__class_at(i);
-        if (c && cupool__class_walkable(c)) {
-            r = trim_class(c);
-            if (r != CUDA_SUCCESS && first == CUDA_SUCCESS)
-                first = r;
-        }
-        cupool__read_leave(tc);
-    }
+    CUresult first = trim_classes(tc, NULL, 0, false);
     atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
     cupool__registry_reclaim(10000000u);
     classes_reclaim(10000000u);
