@@ -8,7 +8,6 @@
  * driver calls per thread are counted where the simulation can count them.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "maint_threads.h"
 #include "maint.h" /* cupool__decay_clock, cupool__maint_flush: the test drives the clock */
 #include "pool.h"
 
@@ -293,20 +293,7 @@ START_TEST(no_thread_without_background)
     ck_assert_uint_eq(m.background_destroys, 0);
     ck_assert_uint_gt(m.request_destroys, 0); /* the inline fallback */
     ck_assert(!cupool__maint_flush(FLUSH_NS));
-    char name[64];
-    DIR *d = opendir("/proc/self/task");
-    ck_assert_ptr_nonnull(d);
-    int found = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        char path[300];
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f && fgets(name, sizeof name, f) && strncmp(name, "cupool-maint", 12) == 0)
-            found++;
-        if (f)
-            fclose(f);
-    }
-    closedir(d);
+    int found = maint_threads();
     ck_assert_int_eq(found, 0);
 }
 END_TEST

@@ -15,7 +15,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cupool.h> /* types only: the library is reached through dlsym() */
-#include <dirent.h>
+#include "maint_threads.h"
 #include <dlfcn.h>
 #include <malloc.h>
 #include <stdio.h>
@@ -46,25 +46,6 @@ static void *sym(void *h, const char *name)
         exit(1);
     }
     return p;
-}
-
-/* Threads of this process named cupool-maint (the maintenance thread). */
-static int maint_threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-        char path[300], name[64];
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f && fgets(name, sizeof name, f) && strncmp(name, "cupool-maint", 12) == 0)
-            n++;
-        if (f)
-            fclose(f);
-    }
-    if (d)
-        closedir(d);
-    return n;
 }
 
 static long rss_kib(void)
