@@ -38,4 +38,37 @@ static inline void cupool__counter_add(_Atomic uint64_t *c, uint64_t n)
     atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + n, CUPOOL_RELAXED);
 }
 
+/*
+ * The read-mostly words that the hot paths load on every call, together in one cache line
+ * that nothing hot writes. Each of them sat next to a variable that other threads write
+ * often (the maintenance thread's lock, the anonymous-reader counters, the graph cache's LRU
+ * clock), so every acquire and release could miss on a line it only reads.
+ * Contract: any thread may read any field at any time (atomic loads; mag_capacity plain,
+ * fixed before the first magazine). Each field is written only at a rare event: the
+ * lifecycle's transitions, membarrier(2) found missing, the driver gone, a reclamation asked
+ * for, a registry table grown, a grace period's phase flip. A field that a hot path writes
+ * must never be added here.
+ */
+struct cupool__hot {
+    /* enum cupool__state (lifecycle.h); read through cupool__state_now() */
+    alignas(CUPOOL_CACHELINE) _Atomic int state;
+    /* Whether readers of the asymmetric handshakes must issue a full fence themselves: set at
+     * initialisation when membarrier(2) is unavailable (an old kernel, or a seccomp filter
+     * that denies it), so that the updater's side can rely on a plain fence of its own; and
+     * set later if membarrier(2) starts failing (a seccomp filter installed afterwards). */
+    _Atomic bool sync_fence;
+    /* Set once the driver reported CUDA_ERROR_DEINITIALIZED, whatever the state was then. */
+    _Atomic bool driver_gone;
+    /* Reclamation that a read section asked for (pool.h: cupool__reclaim_if_due). */
+    _Atomic bool reclaim_due;
+    /* Items per magazine (CUPOOL_MAGAZINE_SIZE), fixed at initialisation (magazine.h). */
+    uint32_t mag_capacity;
+    /* The grace-period phase, 0 or CUPOOL_RD_PHASE (pool.h: read sections). */
+    _Atomic uint32_t gp_phase;
+    /* The registry's published table: address | log2(slots) (registry.h). */
+    _Atomic uintptr_t reg_current;
+};
+extern struct cupool__hot cupool__hot;
+_Static_assert(sizeof(struct cupool__hot) == CUPOOL_CACHELINE, "the hot words fill one line");
+
 #endif

@@ -33,7 +33,7 @@
 #undef SYS_membarrier
 #endif
 
-_Atomic int cupool__state = CUPOOL_ST_UNINIT;
+struct cupool__hot cupool__hot = {.state = CUPOOL_ST_UNINIT, .mag_capacity = 16};
 
 static void process_flush_unload(void);
 
@@ -105,7 +105,7 @@ static _Atomic bool process_exiting;
  * left. */
 static int leave_state(int next)
 {
-    int prev = atomic_exchange(&cupool__state, next);
+    int prev = atomic_exchange(&cupool__hot.state, next);
     cupool__pool_quiesce();
     return prev;
 }
@@ -174,7 +174,7 @@ static void at_exit_marker(void *arg)
 __attribute__((destructor)) static void at_unload(void)
 {
     if (atomic_load(&process_exiting) || cupool__state_now() == CUPOOL_ST_FORKED) {
-        atomic_store(&cupool__state, CUPOOL_ST_UNLOADED);
+        atomic_store(&cupool__hot.state, CUPOOL_ST_UNLOADED);
         cupool__pool_unload();
         return;
     }
@@ -204,7 +204,6 @@ void cupool__exit_marker_register(void)
 
 static int membarrier_cmd; /* 0: none available */
 bool cupool__membarrier_expedited;
-_Atomic bool cupool__sync_fence;
 bool cupool__readers_fence_since_init;
 
 /* Chooses how the asymmetric handshakes pay for their ordering. Seccomp profiles and some
@@ -224,7 +223,7 @@ void cupool__membarrier_register(void)
         membarrier_cmd = MEMBARRIER_CMD_GLOBAL;
 #endif
     cupool__readers_fence_since_init = membarrier_cmd == 0;
-    atomic_store(&cupool__sync_fence, cupool__readers_fence_since_init);
+    atomic_store(&cupool__hot.sync_fence, cupool__readers_fence_since_init);
     if (cupool__readers_fence_since_init)
         cupool__log(CUPOOL_LOG_INFO, "membarrier(2) is unavailable: lock-free readers fence "
                                      "themselves (a few ns more per release)");
@@ -285,7 +284,7 @@ bool cupool__membarrier(void)
          * each has (or where a process-wide flush works) grace periods wait */
         if (!atomic_exchange(&denied, true)) {
             cupool__membarrier_expedited = false;
-            atomic_store(&cupool__sync_fence, true);
+            atomic_store(&cupool__hot.sync_fence, true);
             cupool__log(CUPOOL_LOG_INFO, "membarrier(2) failed after initialisation (%s): "
                                          "lock-free readers fence themselves from now on",
                         strerror(errno));
@@ -348,7 +347,7 @@ static void at_fork_child(void)
      * there too); cupool's pools hold the parent's handles, so they are abandoned unused. A
      * parent that never tried to initialise leaves the child free to start afresh. */
     if (cupool__state_now() != CUPOOL_ST_UNINIT || atomic_load(&init_entering) != 0) {
-        atomic_store(&cupool__state, CUPOOL_ST_FORKED);
+        atomic_store(&cupool__hot.state, CUPOOL_ST_FORKED);
         cupool__maint_forget(); /* the thread does not exist here */
     }
 }
@@ -407,7 +406,7 @@ static void init_attempt(void)
          * statistics. A transient one registers it at the attempt that succeeds. */
         if (init_permanent)
             register_exit_handlers();
-        atomic_compare_exchange_strong(&cupool__state, &st, CUPOOL_ST_FAILED);
+        atomic_compare_exchange_strong(&cupool__hot.state, &st, CUPOOL_ST_FAILED);
         return;
     }
     /* After cuInit: exit handlers run last-registered first, so cupool's runs before any the
@@ -417,7 +416,7 @@ static void init_attempt(void)
                 cupool__drv.version / 1000, cupool__drv.version % 1000 / 10, cupool__alloc_name(),
                 cupool__cfg.disable ? ", pooling disabled (CUPOOL_DISABLE)" : "");
     /* Never over a state exit or fork set meanwhile: the library does not come back. */
-    atomic_compare_exchange_strong(&cupool__state, &st,
+    atomic_compare_exchange_strong(&cupool__hot.state, &st,
                                    cupool__cfg.disable ? CUPOOL_ST_PASSTHROUGH : CUPOOL_ST_RUNNING);
 }
 
@@ -461,15 +460,13 @@ CUresult cupool__enter(void)
     }
 }
 
-_Atomic bool cupool__driver_gone;
-
 void cupool__driver_died(void)
 {
-    atomic_store(&cupool__driver_gone, true);
+    atomic_store(&cupool__hot.driver_gone, true);
     int expected = CUPOOL_ST_RUNNING;
-    if (!atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD)) {
+    if (!atomic_compare_exchange_strong(&cupool__hot.state, &expected, CUPOOL_ST_DEAD)) {
         expected = CUPOOL_ST_PASSTHROUGH;
-        atomic_compare_exchange_strong(&cupool__state, &expected, CUPOOL_ST_DEAD);
+        atomic_compare_exchange_strong(&cupool__hot.state, &expected, CUPOOL_ST_DEAD);
     }
     cupool__log(CUPOOL_LOG_INFO, "the driver returned CUDA_ERROR_DEINITIALIZED: cupool will not "
                                  "call it again");

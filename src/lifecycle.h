@@ -21,17 +21,12 @@ enum cupool__state {
     CUPOOL_ST_UNLOADED     /* the library is being unloaded (dlclose) */
 };
 
-extern _Atomic int cupool__state;
-
 /* An acquire load: a thread that sees RUNNING also sees the driver table initialisation
  * filled in (free on x86; one ordered load on Arm). */
 static inline int cupool__state_now(void)
 {
-    return atomic_load_explicit(&cupool__state, CUPOOL_ACQUIRE);
+    return atomic_load_explicit(&cupool__hot.state, CUPOOL_ACQUIRE);
 }
-
-/* Set once the driver reported CUDA_ERROR_DEINITIALIZED, whatever the state was then. */
-extern _Atomic bool cupool__driver_gone;
 
 /*
  * Initialises once (configuration, driver) and returns CUDA_SUCCESS when the library may

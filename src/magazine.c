@@ -3,7 +3,6 @@
 #include "magazine.h"
 #include "alloc.h"
 
-uint32_t cupool__mag_capacity = 16;
 void (*cupool__stack_pop_hook)(struct cupool__mag_stack *, struct cupool__magazine *);
 
 /* Magazine table: id -> magazine, in chunks allocated on demand and never freed, so a lookup
@@ -17,7 +16,7 @@ static struct cupool__mag_stack empty_stack;
 
 void cupool__mag_init(uint32_t capacity)
 {
-    cupool__mag_capacity = capacity;
+    cupool__hot.mag_capacity = capacity;
 }
 
 static struct cupool__magazine *by_id(uint32_t id)
@@ -45,7 +44,7 @@ static struct cupool__magazine *mag_new(void)
             cupool__free(fresh, CHUNK_SIZE * sizeof(*fresh));
     }
     struct cupool__magazine *m =
-        cupool__alloc(sizeof(*m) + (size_t)cupool__mag_capacity * sizeof(m->items[0]));
+        cupool__alloc(sizeof(*m) + (size_t)cupool__hot.mag_capacity * sizeof(m->items[0]));
     if (!m)
         return NULL; /* the id is burnt; harmless */
     m->id = id;

@@ -32,18 +32,15 @@ struct cupool__mag_item {
 
 struct cupool__magazine {
     uint32_t id;             /* 1-based, stable: index into the magazine table */
-    uint32_t count;          /* items held (0 .. cupool__mag_capacity) */
+    uint32_t count;          /* items held (0 .. cupool__hot.mag_capacity) */
     _Atomic uint32_t next;   /* id of the next magazine in a stack, 0 = end */
     uint32_t reserved;
-    struct cupool__mag_item items[]; /* cupool__mag_capacity slots */
+    struct cupool__mag_item items[]; /* cupool__hot.mag_capacity slots */
 };
 
 struct cupool__mag_stack {
     _Atomic uint64_t head;   /* generation << 32 | magazine id */
 };
-
-/* Items per magazine (CUPOOL_MAGAZINE_SIZE), fixed at initialisation. */
-extern uint32_t cupool__mag_capacity;
 
 /* Sets the capacity; before the first cupool__mag_get(). */
 void cupool__mag_init(uint32_t capacity);

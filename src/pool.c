@@ -584,7 +584,7 @@ static CUresult drain_retired(struct cupool__class *cls, int64_t keep, int max)
     CUresult first = CUDA_SUCCESS;
     for (int done = 0; (max == 0 || done < max) &&
                        atomic_load_explicit(&cls->retire_idle, CUPOOL_RELAXED) >
-                           keep * (int64_t)cupool__mag_capacity;
+                           keep * (int64_t)cupool__hot.mag_capacity;
          done++) {
         struct cupool__magazine *m = cupool__stack_pop(&cls->retire);
         if (!m)
@@ -729,7 +729,7 @@ static void prewarm(struct cupool__class *cls, uint32_t n, bool ctx_current)
         }
         m->items[m->count++] =
             (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
-        if (m->count == cupool__mag_capacity) {
+        if (m->count == cupool__hot.mag_capacity) {
             depot_put(cls, m);
             m = NULL;
         }
@@ -771,7 +771,7 @@ static void class_missed(struct cupool__class *cls)
         return;
     if (atomic_exchange_explicit(&cls->reserve_met, false, CUPOOL_RELAXED)) {
         uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
-        uint32_t grown = r ? 2 * r : 2 * cupool__mag_capacity;
+        uint32_t grown = r ? 2 * r : 2 * cupool__hot.mag_capacity;
         uint32_t cap = cls->idle_max / 2;
         grown = grown > cap ? cap : grown;
         if (grown > r)
@@ -903,8 +903,8 @@ static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
         struct cupool__magazine *m = cupool__mag_get();
         if (!m)
             return false;
-        uint32_t n = target - have < (int64_t)cupool__mag_capacity ? (uint32_t)(target - have)
-                                                                    : cupool__mag_capacity;
+        uint32_t n = target - have < (int64_t)cupool__hot.mag_capacity ? (uint32_t)(target - have)
+                                                                    : cupool__hot.mag_capacity;
         while (m->count < n) {
             struct cupool__handle *rec;
             CUresult r = handle_create(cls, false, CUPOOL_H_IDLE, &rec);
@@ -1264,8 +1264,6 @@ static bool classes_reclaim_outside(void)
     return any;
 }
 
-_Atomic bool cupool__reclaim_due;
-
 /* Deferred reclamation runs on callers' threads, so it waits briefly (a grace period takes
  * microseconds when no section is held up) and, when a section was held up, backs off:
  * the next try is RECLAIM_BACKOFF_MIN_NS later, doubling to RECLAIM_BACKOFF_MAX_NS while
@@ -1287,7 +1285,7 @@ void cupool__reclaim_deferred(void)
     uint64_t now = cupool__monotonic_ns();
     if (now < atomic_load_explicit(&reclaim_not_before, CUPOOL_RELAXED))
         return; /* backing off: the flag stays set for a call after the pause */
-    atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
+    atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
     bool ok = cupool__registry_reclaim(RECLAIM_WAIT_NS);
     if (atomic_load(&classes_dead) >= RECLAIM_AT && classes_reclaim(RECLAIM_WAIT_NS) < 0)
         ok = false;
@@ -1300,7 +1298,7 @@ void cupool__reclaim_deferred(void)
           : RECLAIM_BACKOFF_MIN_NS;
     atomic_store_explicit(&reclaim_backoff, b, CUPOOL_RELAXED);
     atomic_store_explicit(&reclaim_not_before, cupool__monotonic_ns() + b, CUPOOL_RELAXED);
-    atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
+    atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
 }
 
 /* Sum of every thread's slot counters at index i (what a class taking the index starts
@@ -1440,7 +1438,7 @@ static CUresult class_get(const struct cupool__class_ops *ops, CUcontext ctx,
             (void)cupool__maint_due(cupool__monotonic_ns() + cupool__decay_period_ns());
             classes_retire_reset(ctx, ctx_id);
             if (atomic_load(&classes_dead) >= RECLAIM_AT) /* keeps indexes (and slots) low */
-                atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
+                atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
             if (c->low_water && cupool__state_now() == CUPOOL_ST_RUNNING)
                 prewarm(c, c->low_water, ctx_current);
             *out = c;
@@ -1716,7 +1714,7 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
     bool retired = false;
     if (tc)
         tcache_sweep_retired(tc);
-    if (s && s->loaded && s->count == cupool__mag_capacity) {
+    if (s && s->loaded && s->count == cupool__hot.mag_capacity) {
         struct cupool__magazine *p = s->previous;
         if (p && p->count == 0) {
             s->previous = slot_take_loaded(s);
@@ -1810,7 +1808,7 @@ __attribute__((always_inline)) static inline bool slot_push(struct cupool__tcach
 {
     struct cupool__slot *s = slot_of(tc, index);
     struct cupool__magazine *m = s ? s->loaded : NULL;
-    if (CUPOOL_UNLIKELY(m == NULL || s->count >= cupool__mag_capacity))
+    if (CUPOOL_UNLIKELY(m == NULL || s->count >= cupool__hot.mag_capacity))
         return false;
     atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
     m->items[s->count++] = (struct cupool__mag_item){rec, h};
@@ -2474,7 +2472,6 @@ bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout
     return wait_zero(anon, deadline);
 }
 
-_Atomic uint32_t cupool__gp_phase;
 _Atomic uint64_t cupool__gp_timeouts;
 static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER; /* one grace period at a time */
 
@@ -2482,7 +2479,7 @@ static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER; /* one grace period 
  * current phase, and no thread without a cache is inside one: up to deadline. */
 static bool wait_readers(uint64_t deadline)
 {
-    uint32_t phase = atomic_load_explicit(&cupool__gp_phase, CUPOOL_RELAXED);
+    uint32_t phase = atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_RELAXED);
     struct cupool__tcache *self = cupool__tl;
     for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
         if (tc == self)
@@ -2517,7 +2514,7 @@ bool cupool__synchronize(uint64_t timeout_ns)
         return false; /* never inside a read section: see pool.h */
     /* with readers that fence themselves, this thread's own fence completes the handshake */
     if (!cupool__membarrier() &&
-        (!atomic_load(&cupool__sync_fence) ||
+        (!atomic_load(&cupool__hot.sync_fence) ||
          (!cupool__readers_fence_since_init && !readers_all_fenced())))
         return false;
     uint64_t deadline = cupool__monotonic_ns() + timeout_ns;
@@ -2528,8 +2525,8 @@ bool cupool__synchronize(uint64_t timeout_ns)
     bool ok = wait_readers(deadline);
     if (ok) {
         atomic_thread_fence(memory_order_seq_cst);
-        atomic_store(&cupool__gp_phase,
-                     atomic_load_explicit(&cupool__gp_phase, CUPOOL_RELAXED) ^ CUPOOL_RD_PHASE);
+        atomic_store(&cupool__hot.gp_phase,
+                     atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_RELAXED) ^ CUPOOL_RD_PHASE);
         atomic_thread_fence(memory_order_seq_cst);
         ok = wait_readers(deadline);
     }
@@ -2598,7 +2595,7 @@ CUresult cupool_trim(void)
     classes_check_contexts();
     cupool__read_leave(tc);
     CUresult first = trim_classes(tc, NULL, 0, false);
-    atomic_store_explicit(&cupool__reclaim_due, false, CUPOOL_RELAXED);
+    atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
     cupool__registry_reclaim(10000000u);
     classes_reclaim(10000000u);
     cupool__graph_cache_trim();

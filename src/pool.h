@@ -186,7 +186,7 @@ struct cupool__tcache {
      * in CUPOOL_RD_PHASE, the grace-period phase its outermost section began in. Written by
      * its thread with a plain store; read by cupool__synchronize(). */
     _Atomic uint32_t in_read;
-    /* 1 once this thread has entered a read section with a full fence (cupool__sync_fence),
+    /* 1 once this thread has entered a read section with a full fence (cupool__hot.sync_fence),
      * which a grace period needs to know after membarrier(2) stopped working */
     _Atomic uint32_t read_fenced;
     /* 1 while this thread is inside a gated section of graph driver calls (pipeline.c: the
@@ -223,20 +223,14 @@ static inline bool cupool__driver_callable(void)
 {
     int st = cupool__state_now();
     return CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) ||
-           (cupool__closer && !atomic_load_explicit(&cupool__driver_gone, CUPOOL_RELAXED));
+           (cupool__closer && !atomic_load_explicit(&cupool__hot.driver_gone, CUPOOL_RELAXED));
 }
-
-/* Whether readers of the asymmetric handshakes must issue a full fence themselves: set at
- * initialisation when membarrier(2) is unavailable (an old kernel, or a seccomp filter that
- * denies it), so that the updater's side can rely on a plain fence of its own; and set later
- * if membarrier(2) starts failing (a seccomp filter installed after initialisation). */
-extern _Atomic bool cupool__sync_fence;
 
 /* The reader's half of every asymmetric handshake: a plain store, then a compiler barrier
  * (membarrier(2) supplies the CPU side) or, without membarrier, a full fence. */
 static inline void cupool__reader_fence(void)
 {
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__sync_fence, CUPOOL_RELAXED)))
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED)))
         atomic_thread_fence(memory_order_seq_cst);
     else
         atomic_signal_fence(memory_order_seq_cst);
@@ -287,7 +281,7 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
  *  - Reader: cupool__read_enter() / cupool__read_leave(), nestable, wait-free. The outermost
  *    enter stores the current grace-period phase with a nesting count of 1 (a plain store),
  *    inner ones add 1; then a compiler barrier (membarrier(2) on the updater's side supplies
- *    the CPU barrier) or, where membarrier is unavailable (cupool__sync_fence), a full fence.
+ *    the CPU barrier) or, where membarrier is unavailable (cupool__hot.sync_fence), a full fence.
  *    A thread without a cache keeps its nesting and phase in a thread-local word
  *    (cupool__read_anon_tl) and counts its outermost section in the shared counter of that
  *    phase (cupool__read_anon[phase], an atomic add, a full barrier): so it is waited for in
@@ -308,7 +302,6 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
 #define CUPOOL_RD_PHASE 0x80000000u
 #define CUPOOL_RD_NEST (CUPOOL_RD_PHASE - 1)
 extern _Atomic uint32_t cupool__read_anon[2]; /* readers without a thread cache, by phase */
-extern _Atomic uint32_t cupool__gp_phase;     /* 0 or CUPOOL_RD_PHASE */
 /* This thread's sections without a cache: phase | nesting, as tc->in_read. */
 extern CUPOOL_TLS_IE uint32_t cupool__read_anon_tl;
 #define CUPOOL_RD_IDX(v) ((v) >> 31) /* the phase bit as an index into cupool__read_anon */
@@ -318,9 +311,9 @@ static inline void cupool__read_enter(struct cupool__tcache *tc)
     if (CUPOOL_LIKELY(tc != NULL)) {
         uint32_t v = atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED);
         v = (v & CUPOOL_RD_NEST) ? v + 1
-                                 : (atomic_load_explicit(&cupool__gp_phase, CUPOOL_ACQUIRE) | 1);
+                                 : (atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1);
         atomic_store_explicit(&tc->in_read, v, CUPOOL_RELAXED);
-        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__sync_fence, CUPOOL_RELAXED))) {
+        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED))) {
             if (!atomic_load_explicit(&tc->read_fenced, CUPOOL_RELAXED))
                 atomic_store_explicit(&tc->read_fenced, 1, CUPOOL_RELAXED);
             atomic_thread_fence(memory_order_seq_cst);
@@ -332,7 +325,7 @@ static inline void cupool__read_enter(struct cupool__tcache *tc)
         if (v & CUPOOL_RD_NEST) {
             cupool__read_anon_tl = v + 1;
         } else {
-            v = atomic_load_explicit(&cupool__gp_phase, CUPOOL_ACQUIRE) | 1;
+            v = atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1;
             cupool__read_anon_tl = v;
             atomic_fetch_add(&cupool__read_anon[CUPOOL_RD_IDX(v)], 1);
         }
@@ -366,11 +359,10 @@ extern _Atomic uint64_t cupool__gp_timeouts;
 /* Reclamation that a read section asked for (a replaced registry table, classes retired past
  * the threshold) runs after the section, never inside one: set by the section, checked by
  * the public calls on their way out (one relaxed load), done by cupool__reclaim_deferred(). */
-extern _Atomic bool cupool__reclaim_due;
 void cupool__reclaim_deferred(void);
 static inline void cupool__reclaim_if_due(void)
 {
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__reclaim_due, CUPOOL_RELAXED)))
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
         cupool__reclaim_deferred();
 }
 

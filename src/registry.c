@@ -16,13 +16,12 @@
 typedef struct cupool__reg_table table_t;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-_Atomic uintptr_t cupool__reg_current;
 static table_t *retired;
 static struct cupool__handle *free_records;
 
 static table_t *current_table(void)
 {
-    return (table_t *)(atomic_load_explicit(&cupool__reg_current, CUPOOL_RELAXED) &
+    return (table_t *)(atomic_load_explicit(&cupool__hot.reg_current, CUPOOL_RELAXED) &
                        ~(uintptr_t)63);
 }
 
@@ -94,7 +93,7 @@ static int reserve(void)
         t->retired_next = retired;
         retired = t;
     }
-    atomic_store_explicit(&cupool__reg_current, (uintptr_t)fresh | fresh->bits, CUPOOL_RELEASE);
+    atomic_store_explicit(&cupool__hot.reg_current, (uintptr_t)fresh | fresh->bits, CUPOOL_RELEASE);
     return 0;
 }
 
@@ -172,7 +171,7 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
     bool replaced = retired != NULL;
     pthread_mutex_unlock(&reg_lock);
     if (replaced) /* freed once the caller is out of its read sections */
-        atomic_store_explicit(&cupool__reclaim_due, true, CUPOOL_RELAXED);
+        atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
     return rec;
 }
 

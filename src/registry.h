@@ -58,7 +58,6 @@ struct cupool__reg_table {
     uint32_t bits;                          /* log2(slots) */
     alignas(CUPOOL_CACHELINE) struct cupool__reg_slot slots[];
 };
-extern _Atomic uintptr_t cupool__reg_current; /* table address | bits */
 
 /* Slot of `p` in a table of 2^bits slots: Fibonacci hashing keeps the product's high bits,
  * which mix every bit of the address (its low bits are mere alignment). bits >= 6. */
@@ -70,7 +69,7 @@ static inline size_t cupool__reg_hash(const void *p, uint32_t bits)
 /* Record of `handle`, or NULL if cupool does not hold it. Lock-free; any thread. */
 static inline struct cupool__handle *cupool__registry_lookup(const void *handle)
 {
-    uintptr_t word = atomic_load_explicit(&cupool__reg_current, CUPOOL_ACQUIRE);
+    uintptr_t word = atomic_load_explicit(&cupool__hot.reg_current, CUPOOL_ACQUIRE);
     struct cupool__reg_table *t = (struct cupool__reg_table *)(word & ~(uintptr_t)63);
     uint32_t bits = (uint32_t)(word & 63);
     if (CUPOOL_UNLIKELY(!t || !handle || handle == CUPOOL_REG_TOMBSTONE))

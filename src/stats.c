@@ -79,7 +79,7 @@ CUresult cupool_stats_print(FILE *out)
     fprintf(out,
             "cupool %s statistics, pid %ld: driver %s, metadata %zu bytes from %s, magazine %u%s\n",
             cupool_version(), (long)getpid(), cupool__drv.path[0] ? cupool__drv.path : "(none)",
-            cupool__alloc_bytes(), cupool__alloc_name(), cupool__mag_capacity,
+            cupool__alloc_bytes(), cupool__alloc_name(), cupool__hot.mag_capacity,
             cupool__cfg.disable ? ", pooling disabled (CUPOOL_DISABLE)" : "");
     fprintf(out, "%-6s %7s %5s %4s %5s %12s %12s %10s %10s %8s %7s %7s %6s\n", "kind", "context",
             "flags", "prio", "alive", "acquires", "hits", "creates", "destroys", "dropped",

@@ -942,7 +942,7 @@ START_TEST(forked_child_never_reclaims)
     cupool__read_enter(tc); /* the acquires' reclamation waits until the section ends */
     for (int i = 0; i < N; i++)
         TU_OK(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
-    ck_assert(atomic_load(&cupool__reclaim_due)); /* replaced tables wait for a grace period */
+    ck_assert(atomic_load(&cupool__hot.reclaim_due)); /* replaced tables wait for a grace period */
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
