@@ -44,11 +44,18 @@
  *                 thread, which polls cuEventQuery and then releases the three. A warm-up, then
  *                 the measured phase. Floor: 16 threads that only pop and push a thread-local
  *                 array, each operation timed with the same timer, for as long as the measured
- *                 phase lasted: its max is the machine's own noise. Two rows: "checked"
- *                 (pools that check their context, the stream released unvouched: two driver
- *                 calls per stream acquire, one per event acquire) and "promised" (pools made
- *                 with CUPOOL_POOL_CONTEXT_OUTLIVES, the stream released vouched once its last
- *                 event fired: no driver call in any acquire or release).
+ *                 phase lasted: its max is the machine's own noise. The warm-up lasts at least
+ *                 one decay tick (CUPOOL_DECAY_MS / 4) and until 500 ms pass with no create or
+ *                 destroy on a request thread. Three rows: "checked" (pools that check their
+ *                 context, the stream released unvouched: two driver calls per stream
+ *                 acquire, one per event acquire), "promised" (pools made with
+ *                 CUPOOL_POOL_CONTEXT_OUTLIVES, the stream released vouched once its last
+ *                 event fired: no driver call in any acquire or release), and "by hand": the
+ *                 same threads, rings and driver calls without cupool (handles the driver
+ *                 created beforehand in thread-local stacks, handed back through a return ring
+ *                 per request thread, a 64-byte record written on each side; S graphs
+ *                 instantiated per thread, patched with cuGraphExecKernelNodeSetParams and
+ *                 launched with cuGraphLaunch): the floor of the mix's tail latencies.
  * The graph-cache workloads (signatures alternating on one stream, one signature on K
  * streams, describing per request) are part of `cupool-bench graphs`.
  *
@@ -210,6 +217,15 @@ static struct {
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
+    CUresult (*cuGraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                     const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
+                                               const CUDA_KERNEL_NODE_PARAMS *);
+    CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuGraphExecDestroy)(CUgraphExec);
+    CUresult (*cuGraphDestroy)(CUgraph);
 } d;
 
 static CUcontext ctx;
@@ -1552,7 +1568,17 @@ static CUfunction k_add, k_set;
 /* 0: pools that check their context, streams released unvouched (every acquire calls the
  * driver twice); 1: promised pools, streams released vouched (no driver call at all) */
 static int mix_promised;
+/* 1: the same mix by hand (mix_hand_request): the floor a service pays without cupool */
+static int mix_hand;
 static _Atomic long mix_done;
+/* Set by the main thread once the warm-up has lasted one decay tick (a quarter of
+ * CUPOOL_DECAY_MS, 2.5 s by default: cupool's classes are then past their own warm-up, which
+ * the trim that began the workload restarted; docs/design.md, "Idle capacity") and then gone
+ * MIX_STEADY_NS without a driver create or destroy on a request thread; MIX_WARM_MAX_NS at
+ * most. That is the steady state the targets are stated for. */
+static _Atomic int mix_warm_over;
+#define MIX_STEADY_NS 500000000u
+#define MIX_WARM_MAX_NS 15000000000u
 static _Atomic int mix_stop;
 static pthread_barrier_t mix_b_warm, mix_b_go;
 
@@ -1564,10 +1590,179 @@ struct mix_req {
     CUdeviceptr counter;
     cupool_pipeline_t p;
     struct hist *ha;
+    struct hand_side *hand; /* the mix by hand: this thread's own handles and graphs */
+    long warm_done;         /* warm-up requests made (written by its thread before mix_b_warm) */
 };
+
+/*
+ * The service mix by hand: what a service writes without cupool, with the same threads,
+ * rings and driver calls. Each request thread owns streams and events that the driver
+ * created beforehand (more than its ring can hold in flight), keeps the idle ones in
+ * thread-local stacks, and gets the released ones back from the completion thread through a
+ * return ring of its own; each acquire and release writes the handle's 64-byte record (the
+ * cache-line transfer any ownership check pays, as in the hand-off floor). Its S graphs are
+ * instantiated once per thread; a request patches every node's arguments
+ * (cuGraphExecKernelNodeSetParams, as a changed argument needs) and calls cuGraphLaunch.
+ */
+#define HAND_STREAMS (2 * MIX_RING)
+#define HAND_MAX_NODES 6 /* 2^6 = 64 signatures at most */
+
+struct hand_rec {
+    _Alignas(64) void *h;
+    volatile uintptr_t owner;
+};
+
+struct hand_side {
+    struct hand_rec rec[3 * HAND_STREAMS]; /* HAND_STREAMS streams, then twice as many events */
+    struct hand_rec *sfree[HAND_STREAMS], *efree[2 * HAND_STREAMS];
+    int ns, ne;
+    struct ring *back; /* completion thread -> this thread: released (stream, event, event) */
+    CUgraph graph[64];
+    CUgraphExec exec[64];
+    CUgraphNode node[64][HAND_MAX_NODES];
+};
+
+/* Takes back what the completion thread returned; waits while nothing came back (every
+ * handle is then in flight: the GPU is behind). */
+static int hand_refill(struct hand_side *h, int event)
+{
+    struct waiter w = {0};
+    for (;;) {
+        struct item *it;
+        while ((it = ring_peek(h->back))) {
+            h->sfree[h->ns++] = it->a;
+            h->efree[h->ne++] = it->b;
+            h->efree[h->ne++] = it->c;
+            ring_drop(h->back);
+        }
+        if (event ? h->ne : h->ns)
+            return 1;
+        if (!waiter_spin(&w, "service-mix by hand: handles to come back"))
+            return 0;
+    }
+}
+
+static inline struct hand_rec *hand_acquire(struct hand_side *h, int event)
+{
+    if ((event ? h->ne : h->ns) == 0 && !hand_refill(h, event))
+        return NULL;
+    struct hand_rec *r = event ? h->efree[--h->ne] : h->sfree[--h->ns];
+    r->owner = 1;
+    return r;
+}
+
+static CUresult hand_side_make(struct hand_side *h, CUdeviceptr counter, int nodes)
+{
+    CUresult r;
+    for (int i = 0; i < 3 * HAND_STREAMS; i++) {
+        r = i < HAND_STREAMS ? d.cuStreamCreateWithPriority((CUstream *)&h->rec[i].h, SFLAGS, 0)
+                             : d.cuEventCreate((CUevent *)&h->rec[i].h, EFLAGS);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (i < HAND_STREAMS)
+            h->sfree[h->ns++] = &h->rec[i];
+        else
+            h->efree[h->ne++] = &h->rec[i];
+    }
+    unsigned int v = 0;
+    void *args[] = {&counter, &v};
+    for (int sig = 0; sig < opt_signatures; sig++) {
+        if ((r = d.cuGraphCreate(&h->graph[sig], 0)) != CUDA_SUCCESS)
+            return r;
+        for (int k = 0; k < nodes; k++) {
+            CUDA_KERNEL_NODE_PARAMS kp = {0};
+            kp.func = (sig >> k) & 1 ? k_set : k_add;
+            kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+            kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+            kp.kernelParams = args;
+            if ((r = d.cuGraphAddKernelNode(&h->node[sig][k], h->graph[sig],
+                                            k ? &h->node[sig][k - 1] : NULL, k ? 1 : 0, &kp)) !=
+                CUDA_SUCCESS)
+                return r;
+        }
+        if ((r = d.cuGraphInstantiateWithFlags(&h->exec[sig], h->graph[sig], 0)) != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* After the mix, on the main thread: every request has completed, so nothing is in use. */
+static void hand_side_free(struct hand_side *h)
+{
+    for (int sig = 0; sig < opt_signatures; sig++) {
+        if (h->exec[sig])
+            MCHECK(d.cuGraphExecDestroy(h->exec[sig]));
+        if (h->graph[sig])
+            MCHECK(d.cuGraphDestroy(h->graph[sig]));
+    }
+    for (int i = 0; i < 3 * HAND_STREAMS; i++)
+        if (h->rec[i].h)
+            MCHECK(i < HAND_STREAMS ? d.cuStreamDestroy(h->rec[i].h) : d.cuEventDestroy(h->rec[i].h));
+    free(h->back);
+    free(h);
+}
+
+static int mix_nodes(void)
+{
+    int nodes = 2;
+    while ((1 << nodes) < opt_signatures)
+        nodes++;
+    return nodes;
+}
+
+static int mix_hand_request(struct mix_req *q, long i, int measured)
+{
+    struct hand_side *h = q->hand;
+    CUresult r;
+    uint64_t t0 = ticks();
+    struct hand_rec *s = hand_acquire(h, 0);
+    uint64_t t1 = ticks();
+    struct hand_rec *e0 = s ? hand_acquire(h, 1) : NULL;
+    uint64_t t2 = ticks();
+    struct hand_rec *e1 = e0 ? hand_acquire(h, 1) : NULL;
+    uint64_t t3 = ticks();
+    if (!e1)
+        return 0;
+    if (measured) {
+        hist_add(q->ha, t1 - t0);
+        hist_add(q->ha, t2 - t1);
+        hist_add(q->ha, t3 - t2);
+    }
+    int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes();
+    unsigned int v = (unsigned int)i;
+    void *args[] = {&q->counter, &v};
+    if ((r = d.cuEventRecord(e0->h, s->h)) != CUDA_SUCCESS) {
+        wl_fail("cuEventRecord", r, NULL);
+        return 0;
+    }
+    for (int k = 0; k < nodes; k++) {
+        CUDA_KERNEL_NODE_PARAMS kp = {0};
+        kp.func = (sig >> k) & 1 ? k_set : k_add;
+        kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+        kp.kernelParams = args;
+        if ((r = d.cuGraphExecKernelNodeSetParams(h->exec[sig], h->node[sig][k], &kp)) !=
+            CUDA_SUCCESS) {
+            wl_fail("cuGraphExecKernelNodeSetParams", r, NULL);
+            return 0;
+        }
+    }
+    if ((r = d.cuGraphLaunch(h->exec[sig], s->h)) != CUDA_SUCCESS) {
+        wl_fail("cuGraphLaunch", r, NULL);
+        return 0;
+    }
+    if ((r = d.cuEventRecord(e1->h, s->h)) != CUDA_SUCCESS) {
+        wl_fail("cuEventRecord", r, NULL);
+        return 0;
+    }
+    struct item it = {s, e0, e1, (uintptr_t)measured};
+    return ring_push(q->ring, &it, "service-mix ring full");
+}
 
 static int mix_request(struct mix_req *q, long i, int measured)
 {
+    if (mix_hand)
+        return mix_hand_request(q, i, measured);
     CUstream s;
     CUevent e0, e1;
     CUresult r;
@@ -1595,9 +1790,7 @@ static int mix_request(struct mix_req *q, long i, int measured)
         hist_add(q->ha, t2 - t1);
         hist_add(q->ha, t3 - t2);
     }
-    int sig = (int)((i + q->idx) % opt_signatures), nodes = 2;
-    while ((1 << nodes) < opt_signatures)
-        nodes++;
+    int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes();
     unsigned int v = (unsigned int)i;
     void *args[] = {&q->counter, &v};
     if ((r = d.cuEventRecord(e0, s)) != CUDA_SUCCESS) {
@@ -1631,14 +1824,19 @@ static void *mix_req_thread(void *arg)
     struct mix_req *q = arg;
     WCHECK(d.cuCtxSetCurrent(ctx));
     WCHECK(cupool_pipeline_create(&q->p));
-    for (long i = 0; i < q->warm && !atomic_load(&aborted); i++)
+    if (q->hand)
+        WCHECK(hand_side_make(q->hand, q->counter, mix_nodes()));
+    /* at least q->warm requests, then on until the main thread says the warm-up is over */
+    for (long i = 0; (i < q->warm || !atomic_load_explicit(&mix_warm_over, memory_order_acquire)) &&
+                     !atomic_load(&aborted);
+         i++, q->warm_done = i)
         if (!mix_request(q, i, 0))
             break;
 out:
     pthread_barrier_wait(&mix_b_warm);
     pthread_barrier_wait(&mix_b_go);
     for (long i = 0; i < q->n && q->p && !atomic_load(&aborted); i++)
-        if (!mix_request(q, q->warm + i, 1))
+        if (!mix_request(q, q->warm_done + i, 1))
             break;
     return NULL;
 }
@@ -1646,8 +1844,24 @@ out:
 struct mix_completion {
     pthread_t t;
     struct ring **rings;
+    struct ring **back; /* the mix by hand: each request thread's return ring */
     struct hist *hr;
 };
+
+/* The completion thread's releases by hand: each record written, the three handles pushed
+ * onto their thread's return ring (timed with the last release). */
+static void mix_hand_release(struct ring *back, struct item *it, uint64_t t[4])
+{
+    t[0] = ticks();
+    ((struct hand_rec *)it->a)->owner = 0;
+    t[1] = ticks();
+    ((struct hand_rec *)it->b)->owner = 0;
+    t[2] = ticks();
+    ((struct hand_rec *)it->c)->owner = 0;
+    struct item back_it = {it->a, it->b, it->c, 0};
+    ring_push(back, &back_it, "service-mix by hand: return ring full");
+    t[3] = ticks();
+}
 
 static void *mix_done_thread(void *arg)
 {
@@ -1664,7 +1878,8 @@ static void *mix_done_thread(void *arg)
         for (int i = 0; i < MIX_THREADS; i++) {
             struct item *it;
             while ((it = ring_peek(c->rings[i]))) {
-                CUresult r = d.cuEventQuery((CUevent)it->c);
+                CUresult r = d.cuEventQuery(mix_hand ? ((struct hand_rec *)it->c)->h
+                                                     : (CUevent)it->c);
                 if (r == CUDA_ERROR_NOT_READY) {
                     pending = 1;
                     break;
@@ -1673,26 +1888,34 @@ static void *mix_done_thread(void *arg)
                     wl_fail("cuEventQuery", r, NULL);
                     return NULL;
                 }
-                uint64_t t0 = ticks();
-                /* the stream's work is done (its last event fired): nothing captures on it */
-                r = mix_promised ? cupool_stream_pool_release(promised_spool, (CUstream)it->a,
-                                                              CUPOOL_RELEASE_NOT_CAPTURING)
-                                 : cupool_stream_pool_release(spool, (CUstream)it->a, 0);
-                uint64_t t1 = ticks();
-                CUresult r2 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
-                                                        (CUevent)it->b);
-                uint64_t t2 = ticks();
-                CUresult r3 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
-                                                        (CUevent)it->c);
-                uint64_t t3 = ticks();
+                uint64_t t[4];
+                CUresult r2 = CUDA_SUCCESS, r3 = CUDA_SUCCESS;
+                if (mix_hand) {
+                    mix_hand_release(c->back[i], it, t);
+                    if (atomic_load_explicit(&aborted, memory_order_relaxed))
+                        return NULL;
+                } else {
+                    t[0] = ticks();
+                    /* the stream's work is done (its last event fired): nothing captures on it */
+                    r = mix_promised ? cupool_stream_pool_release(promised_spool, (CUstream)it->a,
+                                                                  CUPOOL_RELEASE_NOT_CAPTURING)
+                                     : cupool_stream_pool_release(spool, (CUstream)it->a, 0);
+                    t[1] = ticks();
+                    r2 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
+                                                   (CUevent)it->b);
+                    t[2] = ticks();
+                    r3 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
+                                                   (CUevent)it->c);
+                    t[3] = ticks();
+                }
                 if (r || r2 || r3) {
                     wl_fail("release (completion thread)", r ? r : r2 ? r2 : r3, NULL);
                     return NULL;
                 }
                 if (it->i) {
-                    hist_add(c->hr, t1 - t0);
-                    hist_add(c->hr, t2 - t1);
-                    hist_add(c->hr, t3 - t2);
+                    hist_add(c->hr, t[1] - t[0]);
+                    hist_add(c->hr, t[2] - t[1]);
+                    hist_add(c->hr, t[3] - t[2]);
                 }
                 ring_drop(c->rings[i]);
                 atomic_fetch_add_explicit(&mix_done, 1, memory_order_release);
@@ -1778,11 +2001,12 @@ static void wl_mix(void)
     MCHECK(d.cuModuleGetFunction(&k_add, mod, "add_u32"));
     MCHECK(d.cuModuleGetFunction(&k_set, mod, "set_u32"));
     struct mix_req q[MIX_THREADS];
-    struct ring *rings[MIX_THREADS];
-    struct mix_completion c = {.rings = rings, .hr = hist_new()};
+    struct ring *rings[MIX_THREADS], *back[MIX_THREADS];
+    struct mix_completion c = {.rings = rings, .back = back, .hr = hist_new()};
     memset(q, 0, sizeof q);
     atomic_store(&mix_done, 0);
     atomic_store(&mix_stop, 0);
+    atomic_store(&mix_warm_over, 0);
     pthread_barrier_init(&mix_b_warm, NULL, MIX_THREADS + 1);
     pthread_barrier_init(&mix_b_go, NULL, MIX_THREADS + 1);
     for (int i = 0; i < MIX_THREADS; i++) {
@@ -1792,12 +2016,44 @@ static void wl_mix(void)
         q[i].ring = rings[i] = ring_new(MIX_RING);
         q[i].ha = hist_new();
         MCHECK(d.cuMemAlloc(&q[i].counter, 4));
+        if (mix_hand) {
+            q[i].hand = calloc(1, sizeof *q[i].hand);
+            if (!q[i].hand) {
+                fprintf(stderr, "cupool-bench workloads: out of memory\n");
+                exit(1);
+            }
+            q[i].hand->back = back[i] = ring_new(HAND_STREAMS);
+        }
     }
     spawn(&c.t, mix_done_thread, &c);
     for (int i = 0; i < MIX_THREADS; i++)
         spawn(&q[i].t, mix_req_thread, &q[i]);
+    {
+        cupool_maintenance_stats_t m;
+        MCHECK(cupool_maintenance_stats_get(&m));
+        uint64_t start = mono_ns(), quiet_since = start;
+        const char *dm = getenv("CUPOOL_DECAY_MS");
+        uint64_t tick_ns = (dm && *dm && strtoull(dm, NULL, 10) ? strtoull(dm, NULL, 10) : 10000u) *
+                           1000000u / 4;
+        uint64_t seen = m.request_creates + m.request_destroys;
+        while (!atomic_load(&aborted)) {
+            struct timespec nap = {0, 20000000}; /* the workload runs meanwhile */
+            nanosleep(&nap, NULL);
+            MCHECK(cupool_maintenance_stats_get(&m));
+            uint64_t now = mono_ns(), c = m.request_creates + m.request_destroys;
+            if (c != seen)
+                seen = c, quiet_since = now;
+            if ((now - start >= tick_ns + 100000000u && now - quiet_since >= MIX_STEADY_NS) ||
+                now - start >= MIX_WARM_MAX_NS)
+                break;
+        }
+        atomic_store_explicit(&mix_warm_over, 1, memory_order_release);
+    }
     pthread_barrier_wait(&mix_b_warm);
-    mix_wait_done((long)MIX_THREADS * warm);
+    long warmed = 0;
+    for (int i = 0; i < MIX_THREADS; i++)
+        warmed += q[i].warm_done;
+    mix_wait_done(warmed);
     struct counts c0;
     counts_now(&c0);
     cupool_graph_stats_t g0, g1;
@@ -1806,11 +2062,11 @@ static void wl_mix(void)
     uint64_t t0 = mono_ns();
     for (int i = 0; i < MIX_THREADS; i++)
         pthread_join(q[i].t, NULL);
-    mix_wait_done((long)MIX_THREADS * (warm + n));
+    mix_wait_done(warmed + (long)MIX_THREADS * n);
     uint64_t t1 = mono_ns();
     struct row *row = row_new(W_MIX, "acquire or release", "%s, S=%d, %d request threads",
-                              mix_promised ? "promised" : "checked", opt_signatures,
-                              MIX_THREADS);
+                              mix_hand ? "by hand" : mix_promised ? "promised" : "checked",
+                              opt_signatures, MIX_THREADS);
     counts_add_since(&row->dc, &c0);
     MCHECK(cupool_graph_stats_get(&g1));
     atomic_store_explicit(&mix_stop, 1, memory_order_release);
@@ -1823,6 +2079,8 @@ static void wl_mix(void)
         free(q[i].ha);
         free(q[i].ring);
         MCHECK(cupool_pipeline_destroy(q[i].p));
+        if (q[i].hand)
+            hand_side_free(q[i].hand);
         MCHECK(d.cuMemFree(q[i].counter));
     }
     MCHECK(d.cuModuleUnload(mod));
@@ -1863,14 +2121,12 @@ static void wl_mix(void)
     double mx = row->acq.max > row->rel.max ? row->acq.max : row->rel.max;
     double fmx = row->facq.max > row->frel.max ? row->facq.max : row->frel.max;
     double secs = (double)(t1 - t0) / 1e9;
-    int nodes = 2;
-    while ((1 << nodes) < opt_signatures)
-        nodes++;
+    int nodes = mix_nodes();
     snprintf(row->params, sizeof row->params,
              "\"signatures\":%d,\"kernels_per_request\":%d,\"request_threads\":%d,"
              "\"completion_threads\":1,\"ring_slots_per_thread\":%d,\"warmup_requests\":%ld,"
              "\"requests\":%ld",
-             opt_signatures, nodes, MIX_THREADS, MIX_RING, (long)MIX_THREADS * warm,
+             opt_signatures, nodes, MIX_THREADS, MIX_RING, warmed,
              (long)MIX_THREADS * n);
     snprintf(row->extra, sizeof row->extra,
              "\"seconds\":%.3f,\"requests_per_s\":%.0f,\"max_ns\":%.1f,\"floor_max_ns\":%.1f,"
@@ -1960,6 +2216,13 @@ static void key_figures(void)
         else if (rows[i].wl == W_EXPLICIT)
             key_add(rows[i].ns / rows[i].floor_ns, "x", 3, "explicit %s / pop+push (aim)",
                     rows[i].name);
+    if ((r = find_row(W_MIX, "by hand", 1))) {
+        /* the floor of the tail targets: the same mix written without cupool */
+        key_add(r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999, "ns", 1000,
+                "service-mix by hand (the floor): p99.9 of single acquires and releases");
+        key_add(r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999, "ns", 5000,
+                "service-mix by hand (the floor): p99.99");
+    }
     for (int v = 0; v < 2; v++)
         if ((r = find_row(W_MIX, v ? "promised" : "checked", 1))) {
             const char *how = v ? "promised" : "checked";
@@ -1973,6 +2236,17 @@ static void key_figures(void)
                     how);
             key_add(per_1000(r->dc.req_creates + r->dc.req_destroys, r->ops), "per 1000", 0,
                     "service-mix %s: request-thread creates+destroys", how);
+            const struct row *h = find_row(W_MIX, "by hand", 1);
+            if (h) {
+                double p = r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999;
+                double hp = h->acq.p999 > h->rel.p999 ? h->acq.p999 : h->rel.p999;
+                double q = r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999;
+                double hq = h->acq.p9999 > h->rel.p9999 ? h->acq.p9999 : h->rel.p9999;
+                key_add(hp > 0 ? p / hp : 0, "x", 1, "service-mix %s: p99.9 / the hand-written mix's (aim)",
+                        how);
+                key_add(hq > 0 ? q / hq : 0, "x", 1,
+                        "service-mix %s: p99.99 / the hand-written mix's (aim)", how);
+            }
         }
 }
 
@@ -2007,6 +2281,13 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     GET(cuModuleGetFunction, 2000);
     GET(cuMemAlloc, 3020);
     GET(cuMemFree, 3020);
+    GET(cuGraphCreate, 10000);
+    GET(cuGraphAddKernelNode, 12000);
+    GET(cuGraphInstantiateWithFlags, 11040);
+    GET(cuGraphExecKernelNodeSetParams, 12000);
+    GET(cuGraphLaunch, 10000);
+    GET(cuGraphExecDestroy, 10000);
+    GET(cuGraphDestroy, 10000);
     MCHECK(d.cuCtxSetCurrent(ctx));
     MCHECK(d.cuCtxGetId(ctx, &ctx_id));
     MCHECK(d.cuCtxGetStreamPriorityRange(&prio_least, &prio_greatest));
@@ -2044,7 +2325,10 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
         case W_CLASH: wl_clash(); break;
         case W_EXPLICIT: wl_explicit(); break;
         default:
-            for (mix_promised = 0; mix_promised < 2; mix_promised++) {
+            /* checked, promised, then the same mix by hand */
+            for (int v = 0; v < 3; v++) {
+                mix_promised = v == 1;
+                mix_hand = v == 2;
                 wl_mix();
                 die_if_failed();
                 MCHECK(cupool_trim());
