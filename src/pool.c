@@ -2217,66 +2217,137 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
 }
 
 /*
- * The explicit-pool hit without a read section and without the class table's decoding: the
- * pool value names (index, gen); the class struct at that index is type-stable, so its gen,
- * alive and context fields may be read at any time, and whatever this reads of a struct reused
- * meanwhile is caught by the record: the top of the thread's magazine for that index must carry
- * the pool's gen, and a class with a record registered (that one) is never reclaimed. So a
- * match proves the handle is this pool's, of a class that was live when its gen was read. A
- * non-promised pool checks its context (cuCtxGetId) and a stream released unvouched is vetted
- * (cuStreamIsCapturing), as on the general path; anything else goes there.
+ * The explicit-pool hit, without a read section and without the class table's decoding. The
+ * pool value names (index, gen). The top of the thread's magazine for that index must be a
+ * clean idle record carrying that gen: records are type-stable and a class with a record
+ * registered is never reclaimed, so the match proves that the class at the index is the
+ * incarnation the pool names (a pool of an older one carries another gen), and the record is
+ * this pool's. The class is still loaded for `alive` (a retired class hands nothing out); its
+ * line is read-mostly and the load runs beside the magazine's. A non-promised pool checks its
+ * context (cuCtxGetId) and vets a stream released unvouched (cuStreamIsCapturing), under one
+ * driver-call guard (pool_acquire_checked); anything else tail-calls the general path, which
+ * decides everything again. The promised hit is a leaf: no call, no register saved.
  * (A false match needs 2^32 reuses of one class index between two acquires.)
  */
-/* pool_acquire_hit for a pool without the promise: its context checked first. */
-__attribute__((noinline)) static CUresult
-pool_acquire_checked(const void *pool, const struct cupool__class_ops *ops, void **out,
-                     struct cupool__tcache *tc, struct cupool__class *cls, uint32_t index,
-                     uint32_t gen32)
+__attribute__((noinline)) static CUresult pool_acquire_tail(const void *pool,
+                                                            const struct cupool__class_ops *ops,
+                                                            void **out, bool tried)
 {
-    unsigned long long id = 0;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
-    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
-        return pool_acquire(pool, ops, out); /* says why, with the class held */
-    if (CUPOOL_LIKELY(slot_hit(tc, index, gen32, out)))
-        return CUDA_SUCCESS;
-    return pool_acquire_as(pool, ops, out, true);
+    CUresult r = pool_acquire_as(pool, ops, out, tried);
+    cupool__reclaim_if_due();
+    return r;
 }
 
-__attribute__((always_inline)) static inline CUresult
-pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, void **out)
+/* A hit whose way out found reclamation due. */
+__attribute__((noinline)) static CUresult hit_then_reclaim(void)
+{
+    cupool__reclaim_deferred();
+    return CUDA_SUCCESS;
+}
+
+/* The top of slot `s` handed out (the caller checked it). */
+__attribute__((always_inline)) static inline void slot_take(struct cupool__tcache *tc,
+                                                            struct cupool__slot *s, uint32_t n,
+                                                            struct cupool__handle *rec)
+{
+    s->count = n - 1;
+    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+    cupool__counter_inc(&s->acquires);
+    tc->last = rec;
+}
+
+/* pool_acquire_hit for a pool without the promise: its context checked first, and a stream
+ * released unvouched vetted, both driver calls under one guard. */
+__attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
+                                                               const struct cupool__class_ops *ops,
+                                                               void **out)
 {
     uintptr_t v = (uintptr_t)pool;
     struct cupool__tcache *tc = cupool__tl;
-    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != pool_tag(ops) ||
-                        cupool__state_now() != CUPOOL_ST_RUNNING))
-        return pool_acquire_as(pool, ops, out, false);
     uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
-    struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
     uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
+    struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
     if (CUPOOL_UNLIKELY(cls == NULL ||
                         (atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE) &
                          (UINT64_MAX >> POOL_GEN_SHIFT)) != gen ||
                         !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE)))
-        return pool_acquire_as(pool, ops, out, false);
-    if (!(v & POOL_PROMISED))
-        return pool_acquire_checked(pool, ops, out, tc, cls, index, (uint32_t)gen);
-    if (CUPOOL_LIKELY(slot_hit(tc, index, (uint32_t)gen, out)))
+        return pool_acquire_tail(pool, ops, out, false);
+    struct cupool__slot *s = slot_of(tc, index);
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    uint32_t n = s ? s->count : 0;
+    struct cupool__mag_item it = {NULL, NULL};
+    uint32_t st = CUPOOL_H_FREE;
+    if (CUPOOL_LIKELY(m != NULL && n != 0)) {
+        it = m->items[n - 1];
+        if (it.rec->gen == (uint32_t)gen)
+            st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+    }
+    unsigned long long id = 0;
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = CUDA_ERROR_DEINITIALIZED, rc = CUDA_SUCCESS;
+    _Atomic uint32_t *guard = cupool__drv_begin();
+    if (CUPOOL_LIKELY(guard != NULL)) {
+        r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
+        if (r == CUDA_SUCCESS && id == cls->ctx_id && st == CUPOOL_H_IDLE_UNCHECKED)
+            rc = cupool__driver_result(
+                cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs));
+        cupool__drv_end(guard);
+    }
+    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
+        return pool_acquire_tail(pool, ops, out, false); /* says why, with the class held */
+    if (CUPOOL_LIKELY((st == CUPOOL_H_IDLE ||
+                       (st == CUPOOL_H_IDLE_UNCHECKED && rc == CUDA_SUCCESS &&
+                        cs == CU_STREAM_CAPTURE_STATUS_NONE)))) {
+        slot_take(tc, s, n, it.rec);
+        *out = it.handle;
+        cupool__reclaim_if_due();
         return CUDA_SUCCESS;
-    return pool_acquire_as(pool, ops, out, true);
+    }
+    /* not a hit, or a capture check that failed: checked again there */
+    return pool_acquire_tail(pool, ops, out, true);
+}
+
+__attribute__((always_inline)) static inline CUresult
+pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != tag ||
+                        cupool__state_now() != CUPOOL_ST_RUNNING))
+        return pool_acquire_tail(pool, ops, out, false);
+    if (!(v & POOL_PROMISED))
+        return pool_acquire_checked(pool, ops, out);
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    if (CUPOOL_LIKELY(index < CUPOOL_SLOTS_PER_CHUNK)) {
+        struct cupool__slot *s = &tc->slots0[index];
+        struct cupool__magazine *m = s->loaded;
+        uint32_t n = s->count;
+        struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
+        if (CUPOOL_LIKELY(m != NULL && n != 0 && cls != NULL)) {
+            struct cupool__mag_item it = m->items[n - 1];
+            if (CUPOOL_LIKELY(it.rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
+                              atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED) ==
+                                  CUPOOL_H_IDLE &&
+                              atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))) {
+                slot_take(tc, s, n, it.rec);
+                *out = it.handle;
+                if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
+                    return hit_then_reclaim();
+                return CUDA_SUCCESS;
+            }
+        }
+    }
+    return pool_acquire_tail(pool, ops, out, false);
 }
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
 {
-    CUresult r = pool_acquire_hit(pool, &cupool__stream_ops, (void **)stream);
-    cupool__reclaim_if_due();
-    return r;
+    return pool_acquire_hit(pool, &cupool__stream_ops, POOL_TAG_STREAM, (void **)stream);
 }
 
 CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event)
 {
-    CUresult r = pool_acquire_hit(pool, &cupool__event_ops, (void **)event);
-    cupool__reclaim_if_due();
-    return r;
+    return pool_acquire_hit(pool, &cupool__event_ops, POOL_TAG_EVENT, (void **)event);
 }
 
 /* A release through an explicit pool. The handle's record pins its class (a class with a
@@ -2307,23 +2378,33 @@ __attribute__((noinline)) static CUresult pool_release_general(const void *pool,
 }
 
 /* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
- * matched by the record's index and gen against the pool value (see pool_acquire_hit): no
- * read section, no load from the class. Anything else goes the general way. */
+ * matched by the record's index and gen against the pool value (see pool_acquire_hit; the
+ * match also fixes the kind, as the pool's tag did): no read section, no load from the class.
+ * A leaf; anything else tail-calls the general way. */
 __attribute__((always_inline)) static inline CUresult
-pool_release_hit(const void *pool, const struct cupool__class_ops *ops, void *h,
+pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
                  uint32_t idle_state)
 {
     uintptr_t v = (uintptr_t)pool;
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = tc ? tc->last : NULL;
     if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
-                      (v & 0xfu) == pool_tag(ops) && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+                      (v & 0xfu) == tag && cupool__state_now() == CUPOOL_ST_RUNNING)) {
         uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
-        if (CUPOOL_LIKELY(rec->index == index && rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
-                          rec->kind == (uint32_t)ops->kind &&
+        if (CUPOOL_LIKELY(rec->index == index && index < CUPOOL_SLOTS_PER_CHUNK &&
+                          rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
                           atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED)) {
-            if (CUPOOL_LIKELY(slot_push(tc, index, rec, h, idle_state)))
+            struct cupool__slot *s = &tc->slots0[index];
+            struct cupool__magazine *m = s->loaded;
+            uint32_t n = s->count;
+            if (CUPOOL_LIKELY(m != NULL && n < cupool__hot.mag_capacity)) {
+                atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+                m->items[n].rec = rec;
+                m->items[n].handle = h;
+                s->count = n + 1;
+                cupool__counter_inc(&s->releases);
                 return CUDA_SUCCESS;
+            }
         }
     }
     return pool_release_general(pool, ops, h, idle_state);
@@ -2336,14 +2417,14 @@ CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             "cupool_stream_pool_release: unknown release flags 0x%x",
                             release_flags);
-    return pool_release_hit(pool, &cupool__stream_ops, stream,
-                        (release_flags & CUPOOL_RELEASE_NOT_CAPTURING) ? CUPOOL_H_IDLE
-                                                                        : CUPOOL_H_IDLE_UNCHECKED);
+    return pool_release_hit(pool, &cupool__stream_ops, POOL_TAG_STREAM, stream,
+                            (release_flags & CUPOOL_RELEASE_NOT_CAPTURING) ? CUPOOL_H_IDLE
+                                                                            : CUPOOL_H_IDLE_UNCHECKED);
 }
 
 CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
 {
-    return pool_release_hit(pool, &cupool__event_ops, event, CUPOOL_H_IDLE);
+    return pool_release_hit(pool, &cupool__event_ops, POOL_TAG_EVENT, event, CUPOOL_H_IDLE);
 }
 
 /* ---------------------------------------------------------------------------------------- */
