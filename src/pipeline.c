@@ -115,6 +115,11 @@ struct cupool_pipeline {
     size_t sigcap, sigpos, last_nsig;
     uint64_t last_hash;
     uint32_t last_n;
+    /* The last launch's leading nodes that were kernels with their default dependency (their
+     * words at 3i (1 for node 0): type, function, i - 1): while all_dirty is false, the node
+     * in place at such a place still has that launch's function, so a kernel refilled there
+     * with it matches its words without reading them (kernel_refilled). Set by signature(). */
+    uint32_t sig_chain;
     bool sig_dirty;            /* structure differs from the last launch's (or none yet) */
     /* sigpos and sig_dirty before the last node's words: cupool_pipeline_depend on the node
      * just added emits its words again */
@@ -892,17 +897,137 @@ kernel_add_public(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                                  shared_bytes, args, node));
 }
 
+/* Every kernel add that cupool_pipeline_kernel's lean path leaves: a refill in place that
+ * writes (a changed launch shape, an argument of an unusual size) or the general add. */
+static __attribute__((noinline)) CUresult
+kernel_add_other(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                 unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                 unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,
+                 void **args, cupool_node_t *node)
+{
+    if (kernel_refill(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                      shared_bytes, args, node))
+        return CUDA_SUCCESS;
+    return kernel_add_public(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                             shared_bytes, args, node);
+}
+
+/* The end of a refill in place of node n (the next place) whose parameters are written: its
+ * arguments' end, default dependency, number and structure words (as kernel_refill, with
+ * sig_chain sparing the comparison of the words in the common case). Pairs of neighbouring
+ * words are stored as one. */
+static inline __attribute__((always_inline)) CUresult
+kernel_refilled(struct cupool_pipeline *p, struct pnode *n, const struct fninfo *fi, uint32_t off,
+                cupool_node_t *number)
+{
+    _Static_assert(offsetof(struct pnode, dep_start) == offsetof(struct pnode, ndeps) + 4,
+                   "ndeps, dep_start: one store");
+    _Static_assert(offsetof(struct cupool_pipeline, ndeps) == offsetof(struct cupool_pipeline, n) + 4,
+                   "n, ndeps: one store");
+    uint32_t i = p->n, nd = p->ndeps, has_dep = i > 0;
+    p->alen = off + fi->bytes;
+    uint64_t w = (uint64_t)nd << 32 | has_dep; /* ndeps, dep_start */
+    memcpy(&n->ndeps, &w, 8);
+    p->deps[nd] = i - 1; /* nd < depcap; read only below ndeps (when i is 0, it is not) */
+    w = (uint64_t)(nd + has_dep) << 32 | (i + 1); /* n, ndeps */
+    memcpy(&p->n, &w, 8);
+    if (number)
+        *number = i;
+    if (CUPOOL_LIKELY(!p->sig_dirty && !p->all_dirty && i < p->sig_chain)) {
+        /* the words so far matched the last launch's, so sigpos is this node's place */
+        p->sig_mark = p->sigpos;
+        p->dirty_mark = false;
+        p->sigpos += 2 + has_dep;
+    } else {
+        sig_refilled(p, (uint64_t)PN_KERNEL << 32 | has_dep, (uint64_t)(uintptr_t)n->u.k.fn, i);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The lean path's refill when an argument differs from the node in place (or has a size
+ * other than 4 or 8): everything is checked (shape equal, arguments non-NULL), so it writes
+ * what differs, marks the node if anything did, and completes the add. */
+static __attribute__((noinline)) CUresult
+kernel_refill_args(struct cupool_pipeline *p, struct pnode *n, void **args, cupool_node_t *number)
+{
+    const struct fninfo *fi = n->u.k.info;
+    uint32_t off = n->u.k.arg_off;
+    unsigned char *bytes = p->args + off;
+    bool changed = false;
+    for (uint32_t a = 0; a < fi->nparams; a++)
+        changed |= bytes_refill(bytes + fi->param[a].off, args[a], fi->param[a].size);
+    if (changed)
+        refill_mark(p, p->n);
+    return kernel_refilled(p, n, fi, off, number);
+}
+
+/* The per-request path: the node at the next place launched this very function with this
+ * shape, its arguments at the same offset, and (usually) the same argument values. It only
+ * reads until it knows the add cannot fail, then writes the node's default dependency,
+ * number and structure words; the rest (a change of shape, an error, an unusual argument
+ * size) goes to kernel_add_other, and changed argument values to kernel_refill_args. */
 CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                                 unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
                                 unsigned int block_y, unsigned int block_z,
                                 unsigned int shared_bytes, void **args, cupool_node_t *node)
 {
-    /* a refill in place (the per-request path), before any other work */
-    if (CUPOOL_LIKELY(kernel_refill(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y,
-                                    block_z, shared_bytes, args, node)))
-        return CUDA_SUCCESS;
-    return kernel_add_public(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-                             shared_bytes, args, node);
+    struct cupool_pipeline *p = pipeline;
+    if (CUPOOL_UNLIKELY(!p || p->magic != PIPELINE_MAGIC ||
+                        cupool__state_now() != CUPOOL_ST_RUNNING))
+        goto other;
+    uint32_t i = p->n;
+    if (CUPOOL_UNLIKELY(i >= p->hw || p->ndeps >= p->depcap))
+        goto other;
+    struct pnode *n = &p->nodes[i];
+    /* the kind, function and shape in one test, the shape two words at a time (the union's
+     * words of another kind of node are read, never used) */
+    uint64_t s01, s23, s45;
+    memcpy(&s01, &n->u.k.shape[0], 8);
+    memcpy(&s23, &n->u.k.shape[2], 8);
+    memcpy(&s45, &n->u.k.shape[4], 8);
+    if (CUPOOL_UNLIKELY(((s01 ^ ((uint64_t)grid_y << 32 | grid_x)) |
+                         (s23 ^ ((uint64_t)block_x << 32 | grid_z)) |
+                         (s45 ^ ((uint64_t)block_z << 32 | block_y)) |
+                         (n->u.k.shape[6] ^ shared_bytes) | (n->type ^ PN_KERNEL)) != 0 ||
+                        n->u.k.fn != f))
+        goto other;
+    uint32_t off = (uint32_t)((p->alen + 15) & ~(size_t)15);
+    const struct fninfo *fi = n->u.k.info;
+    if (CUPOOL_UNLIKELY(n->u.k.arg_off != off))
+        goto other;
+    if (fi->nparams) {
+        if (CUPOOL_UNLIKELY(!args))
+            goto other;
+        /* compare only: every argument is checked before anything is written */
+        const unsigned char *bytes = p->args + off;
+        const struct fnparam *pa = fi->param, *end = pa + fi->nparams;
+        void *const *src = args;
+        uint64_t differs = 0;
+        do {
+            const unsigned char *v = *src++, *w = bytes + pa->off;
+            if (CUPOOL_UNLIKELY(!v))
+                goto other;
+            if (CUPOOL_LIKELY(pa->size == 8)) {
+                uint64_t a, b;
+                memcpy(&a, v, 8);
+                memcpy(&b, w, 8);
+                differs |= a ^ b;
+            } else if (CUPOOL_LIKELY(pa->size == 4)) {
+                uint32_t a, b;
+                memcpy(&a, v, 4);
+                memcpy(&b, w, 4);
+                differs |= a ^ b;
+            } else {
+                differs = 1; /* compared (and written) there */
+            }
+        } while (++pa != end);
+        if (differs)
+            return kernel_refill_args(p, n, args, node);
+    }
+    return kernel_refilled(p, n, fi, off, node);
+other:
+    return kernel_add_other(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                            shared_bytes, args, node);
 }
 
 CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,
@@ -945,9 +1070,13 @@ static size_t signature(struct cupool_pipeline *p, uint64_t *hash)
         return 0;
     size_t w = 0;
     uint64_t h = 0;
+    uint32_t chain = 0;
     p->sig[w++] = p->n;
     for (uint32_t i = 0; i < p->n; i++) {
         const struct pnode *n = &p->nodes[i];
+        if (chain == i && n->type == PN_KERNEL && n->ndeps == (i > 0) &&
+            (i == 0 || p->deps[n->dep_start] == i - 1))
+            chain = i + 1;
         p->sig[w++] = (uint64_t)n->type << 32 | n->ndeps;
         /* the function is structure (and its layout with it); everything else is patched */
         p->sig[w++] = n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0;
@@ -956,6 +1085,7 @@ static size_t signature(struct cupool_pipeline *p, uint64_t *hash)
     }
     for (size_t i = 0; i < w; i++)
         h = mix(h, p->sig[i]);
+    p->sig_chain = chain;
     *hash = h;
     return w;
 }

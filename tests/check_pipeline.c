@@ -1473,6 +1473,43 @@ START_TEST(refill_after_failed_and_diverging_adds)
 }
 END_TEST
 
+/* A structure described twice without a launch between, differing from the last launch: the
+ * second description refills the first one's nodes in place (same functions), yet it is not
+ * the last launch's structure, so the launch must not reuse that exec. The per-request path
+ * that spares comparing structure words must tell the two apart. */
+START_TEST(redescribed_structure_is_not_the_last_launch)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    CUdeviceptr ptr = mem + 4 * 29;
+    unsigned a = 5, b = 7;
+    void *args_a[] = {&ptr, &a}, *args_b[] = {&ptr, &b};
+    /* launched: add 5, add 7 */
+    TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args_a, NULL));
+    TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args_b, NULL));
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(29), 12);
+    /* described, not launched: add 5, set 7; then the same again, and launched */
+    for (int round = 0; round < 2; round++) {
+        TU_OK(cupool_pipeline_reset(p));
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args_a, NULL));
+        TU_OK(cupool_pipeline_kernel(p, k.set_u32, 1, 1, 1, 1, 1, 1, 0, args_b, NULL));
+    }
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(29), 7); /* the set ran last, not a second add */
+    /* and back to the first structure, described twice */
+    for (int round = 0; round < 2; round++) {
+        TU_OK(cupool_pipeline_reset(p));
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args_a, NULL));
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args_b, NULL));
+    }
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(29), 19);
+    ck_assert_uint_eq(gstats().entries, 2);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -1491,6 +1528,7 @@ int main(void)
     tcase_add_test(tc, dot_between_structures_keeps_signatures_apart);
     tcase_add_test(tc, capture_update_race_keeps_each_callers_arguments);
     tcase_add_test(tc, bad_input);
+    tcase_add_test(tc, redescribed_structure_is_not_the_last_launch);
     tcase_add_test(tc, trim_during_repeat_launches);
     tcase_add_test(tc, identical_nodes_across_a_trim_need_no_update);
     tcase_add_test(tc, destroyed_event_never_reaches_an_instantiation);
