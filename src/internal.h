@@ -19,6 +19,12 @@
  * be dlopen()ed (glibc keeps a little static TLS spare for that). */
 #define CUPOOL_TLS_IE __thread __attribute__((tls_model("initial-exec")))
 #define CUPOOL_CACHELINE 64
+/* A shared variable alone in its cache line (its type padded to the line): for a word that
+ * some threads write often and others read often, so that its neighbours do not pay for it. */
+#define CUPOOL_LINE(type)                                                                   \
+    struct {                                                                                \
+        alignas(CUPOOL_CACHELINE) type v;                                                   \
+    }
 #define CUPOOL_PRINTF(f, a) __attribute__((format(printf, f, a)))
 
 #define CUPOOL_RELAXED memory_order_relaxed

@@ -1166,10 +1166,10 @@ static _Atomic uint64_t exec_serial;
 /* Bumped whenever an entry is freed, before each eviction attempt claims an entry's execs
  * (sequentially consistent, against fast_claim's claim-then-check: a Dekker handshake), and
  * by cupool_trim() before it returns free structs to the allocator. */
-static _Atomic uint64_t cache_epoch;
+static CUPOOL_LINE(_Atomic uint64_t) cache_epoch; /* read by every lock-free claim */
 /* Ticks only when the most recently launched entry changes: last_use stamps (exact LRU order
  * without a shared write per launch). */
-static _Atomic uint64_t cache_clock = 1; /* a new entry's last_use, 0, is older */
+static CUPOOL_LINE(_Atomic uint64_t) cache_clock = {1}; /* a new entry's last_use, 0, is older */
 
 /* counters: the first four under cache_lock (a launch takes it anyway), the rest atomic,
  * added to only when non-zero */
@@ -1201,10 +1201,10 @@ static void list_push(struct gentry *e)
 /* Stamps e as the most recently launched entry. A shared write only when it was not already. */
 static inline void entry_touch(struct gentry *e)
 {
-    uint64_t now = atomic_load_explicit(&cache_clock, CUPOOL_RELAXED);
+    uint64_t now = atomic_load_explicit(&cache_clock.v, CUPOOL_RELAXED);
     if (atomic_load_explicit(&e->last_use, CUPOOL_RELAXED) != now)
         atomic_store_explicit(&e->last_use,
-                              atomic_fetch_add_explicit(&cache_clock, 1, CUPOOL_RELAXED) + 1,
+                              atomic_fetch_add_explicit(&cache_clock.v, 1, CUPOOL_RELAXED) + 1,
                               CUPOOL_RELAXED);
 }
 
@@ -1651,7 +1651,7 @@ static void exec_free(struct gentry *e, struct gexec *x, bool alive)
 static void entry_free_as(struct gentry *e, bool alive)
 {
     if (e->published) /* a thread's hint may name it */
-        atomic_fetch_add(&cache_epoch, 1);
+        atomic_fetch_add(&cache_epoch.v, 1);
     for (int i = 0; i < e->nexecs; i++)
         exec_free(e, e->execs[i], alive);
     if (alive && e->graph) {
@@ -1694,7 +1694,7 @@ static bool entry_evict(struct gentry *e)
     if (atomic_load(&e->busy))
         return false; /* plainly in use: no need to disturb the lock-free claims */
     /* the epoch first, then the execs: a lock-free claim takes an exec, then checks the epoch */
-    atomic_fetch_add(&cache_epoch, 1);
+    atomic_fetch_add(&cache_epoch.v, 1);
     if (atomic_load(&e->busy))
         return false;
     int owned = 0; /* its execs, owned so that no claim can take one meanwhile */
@@ -2501,7 +2501,7 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
 {
     pthread_mutex_lock(&cache_lock);
     st_launches++;
-    uint64_t now = atomic_load(&cache_epoch);
+    uint64_t now = atomic_load(&cache_epoch.v);
     struct gentry *e = known && *epoch == now ? known : lookup(hash, ctx_id, sig, nsig);
     *x = NULL;
     if (e) {
@@ -2604,13 +2604,13 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
     cupool__read_enter(tc);
     /* the hint may outlive its structs: cupool_trim() moves the epoch on before it frees any */
     struct gexec *c = s->exec;
-    bool got = atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED) == s->epoch && exec_own(c);
+    bool got = atomic_load_explicit(&cache_epoch.v, CUPOOL_RELAXED) == s->epoch && exec_own(c);
     if (got) {
         /* owned, then the epoch: an eviction of e that began before the claim shows here;
          * one that begins after it finds the exec owned and gives up. With the epoch
          * unchanged since the hint was taken, e was never freed; with the serial, c is
          * still the exec of e that this hint saw. */
-        got = atomic_load(&cache_epoch) == s->epoch && c->entry == e &&
+        got = atomic_load(&cache_epoch.v) == s->epoch && c->entry == e &&
               c->serial == s->serial && c->launched && c->last_stream == stream &&
               (trusted || (e->ctx_id == ctx_id && e->nsig == nsig &&
                            memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0));
@@ -2686,7 +2686,7 @@ static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool gro
     for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
         if (!tags[w])
             way = w;
-    uint64_t now = atomic_load_explicit(&cache_epoch, CUPOOL_RELAXED);
+    uint64_t now = atomic_load_explicit(&cache_epoch.v, CUPOOL_RELAXED);
     for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
         if (hs[w].epoch != now)
             way = w; /* stale: no claim can use it */
@@ -2759,7 +2759,7 @@ static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgra
     }
     entry_touch(e);
     evict(); /* never this entry: it is busy */
-    *epoch = atomic_load(&cache_epoch);
+    *epoch = atomic_load(&cache_epoch.v);
     pthread_mutex_unlock(&cache_lock);
     return e;
 }
@@ -3107,7 +3107,7 @@ void cupool__graph_cache_trim(void)
     free_entries = NULL;
     free_execs = NULL;
     if (fe || fx)
-        atomic_fetch_add(&cache_epoch, 1);
+        atomic_fetch_add(&cache_epoch.v, 1);
     pthread_mutex_unlock(&cache_lock);
     if (!fe && !fx)
         return;
