@@ -961,6 +961,17 @@ kernel_refill_args(struct cupool_pipeline *p, struct pnode *n, void **args, cupo
     return kernel_refilled(p, n, fi, off, number);
 }
 
+/* The lean path's way out once the node in place was found to have this function and shape:
+ * the general path, with those taken from the node (equal to the caller's), so the public
+ * function need not keep its eleven arguments alive past that test. */
+static __attribute__((noinline)) CUresult kernel_add_at(struct cupool_pipeline *p,
+                                                        const struct pnode *n, void **args,
+                                                        cupool_node_t *node)
+{
+    const uint32_t *d = n->u.k.shape;
+    return kernel_add_other(p, n->u.k.fn, d[0], d[1], d[2], d[3], d[4], d[5], d[6], args, node);
+}
+
 /* The per-request path: the node at the next place launched this very function with this
  * shape, its arguments at the same offset, and (usually) the same argument values. It only
  * reads until it knows the add cannot fail, then writes the node's default dependency,
@@ -972,13 +983,10 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
                                 unsigned int shared_bytes, void **args, cupool_node_t *node)
 {
     struct cupool_pipeline *p = pipeline;
-    if (CUPOOL_UNLIKELY(!p || p->magic != PIPELINE_MAGIC ||
-                        cupool__state_now() != CUPOOL_ST_RUNNING))
+    if (CUPOOL_UNLIKELY(!p || p->magic != PIPELINE_MAGIC || p->n >= p->hw ||
+                        p->ndeps >= p->depcap || cupool__state_now() != CUPOOL_ST_RUNNING))
         goto other;
-    uint32_t i = p->n;
-    if (CUPOOL_UNLIKELY(i >= p->hw || p->ndeps >= p->depcap))
-        goto other;
-    struct pnode *n = &p->nodes[i];
+    struct pnode *n = &p->nodes[p->n];
     /* the kind, function and shape in one test, the shape two words at a time (the union's
      * words of another kind of node are read, never used) */
     uint64_t s01, s23, s45;
@@ -991,36 +999,38 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
                          (n->u.k.shape[6] ^ shared_bytes) | (n->type ^ PN_KERNEL)) != 0 ||
                         n->u.k.fn != f))
         goto other;
-    uint32_t off = (uint32_t)((p->alen + 15) & ~(size_t)15);
+    /* from here on the function and shape are the node's: kernel_add_at takes them there */
     const struct fninfo *fi = n->u.k.info;
+    uint32_t off = (uint32_t)((p->alen + 15) & ~(size_t)15);
     if (CUPOOL_UNLIKELY(n->u.k.arg_off != off))
-        goto other;
-    if (fi->nparams) {
+        return kernel_add_at(p, n, args, node);
+    uint32_t np = fi->nparams;
+    if (np) {
         if (CUPOOL_UNLIKELY(!args))
-            goto other;
+            return kernel_add_at(p, n, args, node);
         /* compare only: every argument is checked before anything is written */
         const unsigned char *bytes = p->args + off;
-        const struct fnparam *pa = fi->param, *end = pa + fi->nparams;
-        void *const *src = args;
+        const struct fnparam *pa = fi->param;
         uint64_t differs = 0;
-        do {
-            const unsigned char *v = *src++, *w = bytes + pa->off;
+        for (uint32_t a = 0; a < np; a++) {
+            const unsigned char *v = args[a], *w = bytes + pa[a].off;
             if (CUPOOL_UNLIKELY(!v))
-                goto other;
-            if (CUPOOL_LIKELY(pa->size == 8)) {
-                uint64_t a, b;
-                memcpy(&a, v, 8);
-                memcpy(&b, w, 8);
-                differs |= a ^ b;
-            } else if (CUPOOL_LIKELY(pa->size == 4)) {
-                uint32_t a, b;
-                memcpy(&a, v, 4);
-                memcpy(&b, w, 4);
-                differs |= a ^ b;
+                return kernel_add_at(p, n, args, node);
+            uint32_t size = pa[a].size;
+            if (CUPOOL_LIKELY(size == 8)) {
+                uint64_t x, y;
+                memcpy(&x, v, 8);
+                memcpy(&y, w, 8);
+                differs |= x ^ y;
+            } else if (CUPOOL_LIKELY(size == 4)) {
+                uint32_t x, y;
+                memcpy(&x, v, 4);
+                memcpy(&y, w, 4);
+                differs |= x ^ y;
             } else {
                 differs = 1; /* compared (and written) there */
             }
-        } while (++pa != end);
+        }
         if (differs)
             return kernel_refill_args(p, n, args, node);
     }
