@@ -45,7 +45,7 @@
  *                 the measured phase. Floor: 16 threads that only pop and push a thread-local
  *                 array, each operation timed with the same timer, for as long as the measured
  *                 phase lasted: its max is the machine's own noise. The warm-up lasts at least
- *                 one decay tick (CUPOOL_DECAY_MS / 4) and until 500 ms pass with no create or
+ *                 two decay ticks (CUPOOL_DECAY_MS / 4 each) and until 500 ms pass with no create or
  *                 destroy on a request thread. Three rows: "checked" (pools that check their
  *                 context, the stream released unvouched: two driver calls per stream
  *                 acquire, one per event acquire), "promised" (pools made with
@@ -1605,14 +1605,15 @@ static int mix_promised;
  * (cuCtxGetId, and cuStreamIsCapturing for the stream): the checked row's floor */
 static int mix_hand, mix_hand_checked;
 static _Atomic long mix_done;
-/* Set by the main thread once the warm-up has lasted one decay tick (a quarter of
- * CUPOOL_DECAY_MS, 2.5 s by default: cupool's classes are then past their own warm-up, which
- * the trim that began the workload restarted; docs/design.md, "Idle capacity") and then gone
- * MIX_STEADY_NS without a driver create or destroy on a request thread; MIX_WARM_MAX_NS at
- * most. That is the steady state the targets are stated for. */
+/* Set by the main thread once the warm-up has lasted two decay ticks (a quarter of
+ * CUPOOL_DECAY_MS each, 2.5 s by default: cupool's classes are past their own warm-up at the
+ * first, which the trim that began the workload restarted, and their reserves have had a tick
+ * to follow the mix's growth; docs/design.md, "Idle capacity") and then gone MIX_STEADY_NS
+ * without a driver create or destroy on a request thread; MIX_WARM_MAX_NS at most. That is
+ * the steady state the targets are stated for. */
 static _Atomic int mix_warm_over;
 #define MIX_STEADY_NS 500000000u
-#define MIX_WARM_MAX_NS 15000000000u
+#define MIX_WARM_MAX_NS 20000000000u
 static _Atomic int mix_stop;
 static pthread_barrier_t mix_b_warm, mix_b_go;
 
@@ -2082,7 +2083,7 @@ static void wl_mix(void)
             uint64_t now = mono_ns(), c = request_calls_now();
             if (c != seen)
                 seen = c, quiet_since = now;
-            if ((now - start >= tick_ns + 100000000u && now - quiet_since >= MIX_STEADY_NS) ||
+            if ((now - start >= 2 * tick_ns + 100000000u && now - quiet_since >= MIX_STEADY_NS) ||
                 now - start >= MIX_WARM_MAX_NS)
                 break;
         }
