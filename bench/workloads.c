@@ -46,7 +46,7 @@
  *                 array, each operation timed with the same timer, for as long as the measured
  *                 phase lasted: its max is the machine's own noise. The warm-up lasts at least
  *                 two decay ticks (CUPOOL_DECAY_MS / 4 each) and until 500 ms pass with no create or
- *                 destroy on a request thread. Three rows: "checked" (pools that check their
+ *                 destroy on a request thread. Four rows: "checked" (pools that check their
  *                 context, the stream released unvouched: two driver calls per stream
  *                 acquire, one per event acquire), "promised" (pools made with
  *                 CUPOOL_POOL_CONTEXT_OUTLIVES, the stream released vouched once its last
@@ -55,7 +55,10 @@
  *                 created beforehand in thread-local stacks, handed back through a return ring
  *                 per request thread, a 64-byte record written on each side; S graphs
  *                 instantiated per thread, patched with cuGraphExecKernelNodeSetParams and
- *                 launched with cuGraphLaunch): the floor of the mix's tail latencies.
+ *                 launched with cuGraphLaunch): the floor of the promised row's tails; and
+ *                 "by hand checked": the same plus the driver calls a checked pool makes on
+ *                 each acquire (cuCtxGetId, cuStreamIsCapturing for the stream), the checked
+ *                 row's floor.
  * The graph-cache workloads (signatures alternating on one stream, one signature on K
  * streams, describing per request) are part of `cupool-bench graphs`.
  *
