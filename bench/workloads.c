@@ -34,7 +34,9 @@
  *                 cuCtxGetId(ctx) + cuStreamIsCapturing + a thread-local array pop+push; the
  *                 current-context API against cuCtxGetId(NULL) + cuStreamIsCapturing +
  *                 pop+push; the check-free stream pair (CUPOOL_POOL_CONTEXT_OUTLIVES, released
- *                 vouched) and event pair against a pop+push.
+ *                 vouched) and event pair against a pop+push; and the check-free stream pair
+ *                 with the checked pool's two driver calls inline (what the checked pair is
+ *                 made of: no target of its own).
  *   service-mix   16 request threads; each request acquires a stream and two events from
  *                 explicit pools, records the first event,
  *                 describes and launches one of S pipeline signatures (S = 4 by default; tiny
@@ -881,6 +883,7 @@ enum op {
     OP_POOL_VOUCHED,   /* explicit pool, released with CUPOOL_RELEASE_NOT_CAPTURING */
     OP_PROMISED,       /* CUPOOL_POOL_CONTEXT_OUTLIVES pool, released vouched */
     OP_EVENT_PROMISED, /* CUPOOL_POOL_CONTEXT_OUTLIVES event pool */
+    OP_PROMISED_CALLS, /* the promised pair plus, inline, the driver calls of a checked pool */
     OP_CUPOOL,         /* cupool_stream_acquire/_release, one key */
     OP_CUPOOL_KEYS,    /* the same, keys taken in turn */
     OP_FLOOR_CTX,      /* pop + cuCtxGetId(ctx) + cuStreamIsCapturing, push */
@@ -923,6 +926,13 @@ static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, 
     case OP_POOL:
     case OP_POOL_VOUCHED: r = cupool_stream_pool_acquire(spool, &s); break;
     case OP_PROMISED: r = cupool_stream_pool_acquire(promised_spool, &s); break;
+    case OP_PROMISED_CALLS:
+        r = cupool_stream_pool_acquire(promised_spool, &s);
+        if (r == CUDA_SUCCESS)
+            r = d.cuCtxGetId(ctx, &id);
+        if (r == CUDA_SUCCESS)
+            r = d.cuStreamIsCapturing(s, &cs);
+        break;
     case OP_EVENT_PROMISED: r = cupool_event_pool_acquire(promised_epool, &e); break;
     case OP_CUPOOL: r = cupool_stream_acquire(&s, SFLAGS, 0); break;
     case OP_CUPOOL_KEYS: {
@@ -951,6 +961,7 @@ static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, 
     case OP_POOL: r = cupool_stream_pool_release(spool, s, 0); break;
     case OP_POOL_VOUCHED: r = cupool_stream_pool_release(spool, s, CUPOOL_RELEASE_NOT_CAPTURING); break;
     case OP_PROMISED:
+    case OP_PROMISED_CALLS:
         r = cupool_stream_pool_release(promised_spool, s, CUPOOL_RELEASE_NOT_CAPTURING);
         break;
     case OP_EVENT_PROMISED: r = cupool_event_pool_release(promised_epool, e); break;
@@ -984,6 +995,7 @@ static CUresult pairs(struct pjob *j, long n, int timed)
         PAIR_CASE(OP_POOL_VOUCHED)
         PAIR_CASE(OP_PROMISED)
         PAIR_CASE(OP_EVENT_PROMISED)
+        PAIR_CASE(OP_PROMISED_CALLS)
         PAIR_CASE(OP_CUPOOL)
         PAIR_CASE(OP_CUPOOL_KEYS)
         PAIR_CASE(OP_FLOOR_CTX)
@@ -1573,15 +1585,18 @@ static void wl_explicit(void)
         const char *name;
         enum op op, fop;
         const char *floor;
-    } v[4] = {
+    } v[5] = {
         {"pool", OP_POOL, OP_FLOOR_CTX, "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
+        /* what the checked pair is made of: the check-free pair and the same two calls */
+        {"pool-promised + the calls inline", OP_PROMISED_CALLS, OP_FLOOR_CTX,
+         "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
         {"current-context", OP_CUPOOL, OP_FLOOR_NULL,
          "cuCtxGetId(NULL) + cuStreamIsCapturing + pop/push"},
         {"pool-promised stream", OP_PROMISED, OP_FLOOR_LOCAL, "thread-local pop/push"},
         {"pool-promised event", OP_EVENT_PROMISED, OP_FLOOR_LOCAL, "thread-local pop/push"},
     };
     static const int threads[2] = {1, 16};
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         for (int t = 0; t < 2; t++) {
             long n = iters(threads[t] == 1 ? 1000000 : 250000);
             struct row *row = row_new(W_EXPLICIT, "pair", "%s, %d thread%s", v[i].name,
@@ -2200,7 +2215,7 @@ struct key_fig {
     double target;    /* value <= target meets it */
 };
 
-#define MAX_KEYS 32
+#define MAX_KEYS 64
 static struct key_fig keys_out[MAX_KEYS];
 static int nkeys_out;
 
@@ -2253,13 +2268,26 @@ static void key_figures(void)
     if ((r = find_row(W_CLASH, "2 keys", 1)))
         key_add(r->ns / r->floor_ns, "x", 1.2, "class-clash: 2 keys / 1 key");
     for (int i = 0; i < nrows; i++)
-        if (rows[i].wl == W_EXPLICIT && (!strncmp(rows[i].name, "pool,", 5) ||
+        if (rows[i].wl == W_EXPLICIT && !strncmp(rows[i].name, "pool-promised +", 15))
+            continue; /* what the checked pair is made of: no target of its own */
+        else if (rows[i].wl == W_EXPLICIT && (!strncmp(rows[i].name, "pool,", 5) ||
                                          !strncmp(rows[i].name, "current-context", 15)))
             key_add(rows[i].ns / rows[i].floor_ns, "x", 1.15, "explicit %s / its floor",
                     rows[i].name);
         else if (rows[i].wl == W_EXPLICIT)
             key_add(rows[i].ns / rows[i].floor_ns, "x", 3, "explicit %s / pop+push (aim)",
                     rows[i].name);
+    for (int t = 0; t < 2; t++) {
+        /* the checked pair against its parts: the check-free pair and the two calls inline */
+        const struct row *c = find_row(W_EXPLICIT, t ? "pool, 16 threads" : "pool, 1 thread", 0);
+        const struct row *p = find_row(W_EXPLICIT, t ? "pool-promised + the calls inline, 16 threads"
+                                                     : "pool-promised + the calls inline, 1 thread",
+                                       0);
+        if (c && p && p->ns > 0)
+            key_add(c->ns / p->ns, "x", 1.05,
+                    "explicit pool, %s / the check-free pair + its calls (aim)",
+                    t ? "16 threads" : "1 thread");
+    }
     for (int v = 0; v < 2; v++)
         if ((r = find_row(W_MIX, v ? "by hand, " : "by hand checked, ", 1))) {
             /* the floor of the tail targets: the same mix written without cupool */
