@@ -55,6 +55,8 @@ static uint32_t nfree_index;
 static _Atomic uint32_t classes_dead; /* retired and not yet reclaimed (count) */
 _Atomic uint64_t cupool__classes_retired;
 void (*cupool__class_miss_hook)(void);
+void (*cupool__pool_get_hook)(void);
+void (*cupool__reclaim_gen_hook)(void);
 
 uint32_t cupool__class_limit(void)
 {
@@ -1198,6 +1200,8 @@ static int classes_reclaim(uint64_t timeout_ns)
         cand[n++] = c;
     }
     pthread_mutex_unlock(&class_lock);
+    if (n > 0 && CUPOOL_UNLIKELY(cupool__reclaim_gen_hook != NULL))
+        cupool__reclaim_gen_hook(); /* tests: the gens moved on, the grace period not begun */
     bool grace = n > 0 && cupool__synchronize(timeout_ns);
     int freed = 0;
     pthread_mutex_lock(&class_lock);
@@ -1930,8 +1934,10 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
             e->ctx_id = id;
             e->key = key;
             e->cls = cls;
-            e->gen = atomic_load_explicit(&cls->gen, CUPOOL_RELAXED);
+            e->gen = atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE);
             e->index = cls->index;
+            if (!atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))
+                e->cls = NULL; /* retired meanwhile: the gen read may be the next one's */
         }
         r = acquire_from(cls, true, out);
     }
@@ -2057,9 +2063,16 @@ static inline uintptr_t pool_tag(const struct cupool__class_ops *ops)
     return ops->kind == CUPOOL_KIND_STREAM ? POOL_TAG_STREAM : POOL_TAG_EVENT;
 }
 
+/* The pool value of a class found alive, or 0 when it was retired since: a reclamation moves
+ * the gen of a retired class on (publishing the incarnation that reuses its index) before its
+ * grace period, so a gen read inside a read section may already be the next one's. Retirement
+ * cleared `alive` before (class_retire, then the reclaimer's load of the phase), so a gen read
+ * with acquire ordering and then a live `alive` is the class's own. */
 static uintptr_t pool_handle(const struct cupool__class *cls, bool promised)
 {
-    uint64_t gen = atomic_load_explicit(&cls->gen, CUPOOL_RELAXED);
+    uint64_t gen = atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE);
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))
+        return 0;
     return (uintptr_t)(gen << POOL_GEN_SHIFT) | (uintptr_t)cls->index << POOL_INDEX_SHIFT |
            (promised ? POOL_PROMISED : 0) | pool_tag(cls->ops);
 }
@@ -2114,8 +2127,14 @@ static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, uns
     cupool__read_enter(rtc);
     struct cupool__class *cls = NULL;
     r = class_get(ops, ctx, id, flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES, priority, &cls);
-    if (r == CUDA_SUCCESS)
-        *out = pool_handle(cls, (flags & CUPOOL_POOL_CONTEXT_OUTLIVES) != 0);
+    if (r == CUDA_SUCCESS && CUPOOL_UNLIKELY(cupool__pool_get_hook != NULL))
+        cupool__pool_get_hook(); /* tests: a reclamation moves the class's gen on here */
+    if (r == CUDA_SUCCESS &&
+        (*out = pool_handle(cls, (flags & CUPOOL_POOL_CONTEXT_OUTLIVES) != 0)) == 0)
+        r = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                         "the context (id %llu) was destroyed or reset while its %s pool was "
+                         "made",
+                         id, ops->name);
     cupool__read_leave(rtc);
     return r;
 }
@@ -2216,13 +2235,31 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
     return r;
 }
 
+/* The record's kind and gen (adjacent words) as one word, for one compare against the pool
+ * value's: a value forged with another kind's tag names a class of the other kind. */
+_Static_assert(offsetof(struct cupool__handle, gen) == offsetof(struct cupool__handle, kind) + 4,
+               "kind, gen: one load");
+static inline uint64_t rec_kind_gen(const struct cupool__handle *rec)
+{
+    uint64_t w;
+    memcpy(&w, &rec->kind, 8);
+    return w;
+}
+
+static inline uint64_t pool_kind_gen(uintptr_t v, uint32_t kind)
+{
+    return (uint64_t)(uint32_t)(v >> POOL_GEN_SHIFT) << 32 | kind;
+}
+
+#define TAG_KIND(tag) ((tag) == POOL_TAG_STREAM ? (uint32_t)CUPOOL_KIND_STREAM : (uint32_t)CUPOOL_KIND_EVENT)
+
 /*
  * The explicit-pool hit, without a read section and without the class table's decoding. The
- * pool value names (index, gen). The top of the thread's magazine for that index must be a
- * clean idle record carrying that gen: records are type-stable and a class with a record
- * registered is never reclaimed, so the match proves that the class at the index is the
- * incarnation the pool names (a pool of an older one carries another gen), and the record is
- * this pool's. The class is still loaded for `alive` (a retired class hands nothing out); its
+ * pool value names (index, gen, and the kind in its tag). The top of the thread's magazine for
+ * that index must be a clean idle record carrying that kind and gen: records are type-stable
+ * and a class with a record registered is never reclaimed, so the match proves that the class
+ * at the index is the incarnation the pool names (a pool of an older one carries another gen;
+ * a value forged with the other kind's tag, another kind), and the record is this pool's. The class is still loaded for `alive` (a retired class hands nothing out); its
  * line is read-mostly and the load runs beside the magazine's. A non-promised pool checks its
  * context (cuCtxGetId) and vets a stream released unvouched (cuStreamIsCapturing), under one
  * driver-call guard (pool_acquire_checked); anything else tail-calls the general path, which
@@ -2279,7 +2316,7 @@ __attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
     uint32_t st = CUPOOL_H_FREE;
     if (CUPOOL_LIKELY(m != NULL && n != 0)) {
         it = m->items[n - 1];
-        if (it.rec->gen == (uint32_t)gen)
+        if (rec_kind_gen(it.rec) == pool_kind_gen(v, (uint32_t)ops->kind))
             st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
     }
     unsigned long long id = 0;
@@ -2307,6 +2344,7 @@ __attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
     return pool_acquire_tail(pool, ops, out, true);
 }
 
+
 __attribute__((always_inline)) static inline CUresult
 pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
 {
@@ -2325,7 +2363,7 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
         struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
         if (CUPOOL_LIKELY(m != NULL && n != 0 && cls != NULL)) {
             struct cupool__mag_item it = m->items[n - 1];
-            if (CUPOOL_LIKELY(it.rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
+            if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == pool_kind_gen(v, TAG_KIND(tag)) &&
                               atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED) ==
                                   CUPOOL_H_IDLE &&
                               atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))) {
@@ -2378,8 +2416,8 @@ __attribute__((noinline)) static CUresult pool_release_general(const void *pool,
 }
 
 /* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
- * matched by the record's index and gen against the pool value (see pool_acquire_hit; the
- * match also fixes the kind, as the pool's tag did): no read section, no load from the class.
+ * matched by the record's index, kind and gen against the pool value (see pool_acquire_hit):
+ * no read section, no load from the class.
  * A leaf; anything else tail-calls the general way. */
 __attribute__((always_inline)) static inline CUresult
 pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
@@ -2392,7 +2430,7 @@ pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
                       (v & 0xfu) == tag && cupool__state_now() == CUPOOL_ST_RUNNING)) {
         uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
         if (CUPOOL_LIKELY(rec->index == index && index < CUPOOL_SLOTS_PER_CHUNK &&
-                          rec->gen == (uint32_t)(v >> POOL_GEN_SHIFT) &&
+                          rec_kind_gen(rec) == pool_kind_gen(v, TAG_KIND(tag)) &&
                           atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED)) {
             struct cupool__slot *s = &tc->slots0[index];
             struct cupool__magazine *m = s->loaded;

@@ -423,6 +423,11 @@ void cupool__pool_unload(void);
 /* Test hook, NULL outside tests: called when a class lookup missed, before the class is
  * created, to widen the window in which racing creators meet. */
 extern void (*cupool__class_miss_hook)(void);
+/* Test hooks, NULL outside tests: in cupool_*_pool_get between finding the class and reading
+ * its gen, and in a reclamation between moving the gens of its candidates on and its grace
+ * period. */
+extern void (*cupool__pool_get_hook)(void);
+extern void (*cupool__reclaim_gen_hook)(void);
 
 /* Classes retired so far (count); threads compare it with their retired_seen. */
 extern _Atomic uint64_t cupool__classes_retired;

@@ -1123,6 +1123,108 @@ START_TEST(capture_update_applies_cluster_dimension)
 }
 END_TEST
 
+/* A pool value forged with the other kind's tag (the stream tag on an event pool's index and
+ * generation) names an event class: the stream calls refuse it, on their fast paths too (the
+ * thread's magazine for that index holds events), and the event stays the caller's. */
+START_TEST(forged_kind_pool_values_are_refused)
+{
+    tu_setup();
+    for (int promised = 0; promised < 2; promised++) {
+        cupool_stream_pool_t sp;
+        cupool_event_pool_t ep;
+        unsigned pf = promised ? CUPOOL_POOL_CONTEXT_OUTLIVES : 0;
+        TU_OK(cupool_stream_pool_get(&sp, tu_ctx, CU_STREAM_NON_BLOCKING | pf, 0));
+        TU_OK(cupool_event_pool_get(&ep, tu_ctx, CU_EVENT_DISABLE_TIMING | pf));
+        uintptr_t stag = (uintptr_t)sp & 0xfu, etag = (uintptr_t)ep & 0xfu;
+        ck_assert_uint_ne(stag, etag);
+        cupool_stream_pool_t forged = (cupool_stream_pool_t)(((uintptr_t)ep & ~(uintptr_t)0xf) | stag);
+        CUevent e[4];
+        for (int i = 0; i < 4; i++) /* the thread's magazine for the index holds events */
+            TU_OK(cupool_event_pool_acquire(ep, &e[i]));
+        for (int i = 0; i < 4; i++)
+            TU_OK(cupool_event_pool_release(ep, e[i]));
+        CUstream s = NULL;
+        ck_assert_int_ne(cupool_stream_pool_acquire(forged, &s), CUDA_SUCCESS);
+        ck_assert_ptr_null(s);
+        CUevent held;
+        TU_OK(cupool_event_pool_acquire(ep, &held));
+        ck_assert_int_ne(cupool_stream_pool_release(forged, (CUstream)held, 0), CUDA_SUCCESS);
+        ck_assert_int_ne(cupool_stream_pool_release(forged, (CUstream)held,
+                                                    CUPOOL_RELEASE_NOT_CAPTURING),
+                         CUDA_SUCCESS);
+        TU_OK(cupool_event_pool_release(ep, held)); /* still the caller's */
+        TU_EQ(cupool_event_pool_release(ep, held), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+END_TEST
+
+/* cupool_stream_pool_get racing the end of its context: between the lookup that found the
+ * class alive and the read of its generation, a reclamation retires the class and moves its
+ * generation on, to the value the class that reuses the index will have. The pool value must
+ * not name that class: pool_get says the context is gone. (Hooks hold the interleaving: the
+ * getter waits, inside its read section, until the reclaimer has moved the generation on; the
+ * reclaimer's grace period then waits for the getter. The value once named the next class.) */
+static _Atomic int pg_in_get, pg_gen_moved;
+static void pg_get_hook(void)
+{
+    atomic_store(&pg_in_get, 1);
+    for (long spins = 0; !atomic_load(&pg_gen_moved) && spins < 4000000000L; spins++)
+        sched_yield();
+}
+static void pg_gen_hook(void)
+{
+    atomic_store(&pg_gen_moved, 1);
+}
+static CUcontext pg_ctx;
+static CUresult pg_result;
+static cupool_stream_pool_t pg_pool;
+static void *pg_getter(void *arg)
+{
+    (void)arg;
+    pg_result = cupool_stream_pool_get(&pg_pool, pg_ctx, CU_STREAM_NON_BLOCKING, 0);
+    return NULL;
+}
+
+START_TEST(pool_get_racing_a_reclamation_never_names_the_next_class)
+{
+    setenv("CUPOOL_BACKGROUND", "0", 1); /* the reclamation runs in this test's trim */
+    tu_setup();
+    TU_OK(tu.cuCtxCreate(&pg_ctx, 0, tu_dev));
+    CUcontext popped;
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    cupool_stream_pool_t first;
+    TU_OK(cupool_stream_pool_get(&first, pg_ctx, CU_STREAM_NON_BLOCKING, 0)); /* the class */
+    cupool__pool_get_hook = pg_get_hook;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, pg_getter, NULL), 0);
+    while (!atomic_load(&pg_in_get))
+        sched_yield();
+    cupool__pool_get_hook = NULL;
+    cupool__reclaim_gen_hook = pg_gen_hook;
+    TU_OK(cupool_context_release(pg_ctx));
+    TU_OK(tu.cuCtxDestroy(pg_ctx));
+    TU_OK(cupool_trim()); /* reclaims the class: the hook, then the grace period */
+    pthread_join(t, NULL);
+    cupool__reclaim_gen_hook = NULL;
+    ck_assert(atomic_load(&pg_gen_moved));
+    /* a new context's class of the same key takes the freed index */
+    CUcontext next;
+    TU_OK(tu.cuCtxCreate(&next, 0, tu_dev));
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    cupool_stream_pool_t np;
+    TU_OK(cupool_stream_pool_get(&np, next, CU_STREAM_NON_BLOCKING, 0));
+    if (pg_result == CUDA_SUCCESS)
+        ck_assert_ptr_ne(pg_pool, np); /* failed before: the values were equal */
+    TU_EQ(pg_result, CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    CUstream s;
+    TU_EQ(cupool_stream_pool_acquire(first, &s), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    TU_OK(cupool_stream_pool_acquire(np, &s));
+    TU_OK(cupool_stream_pool_release(np, s, 0));
+    TU_OK(cupool_context_release(next));
+    TU_OK(tu.cuCtxDestroy(next));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -1144,6 +1246,8 @@ int main(void)
     tcase_add_test(tc, held_up_grace_periods_back_off);
     tcase_add_test(tc, full_table_reclaims_from_a_thread_without_cache);
     tcase_add_test(tc, forked_child_never_reclaims);
+    tcase_add_test(tc, forged_kind_pool_values_are_refused);
+    tcase_add_test(tc, pool_get_racing_a_reclamation_never_names_the_next_class);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
     return tu_run(s);

@@ -1439,7 +1439,7 @@ START_TEST(refill_after_failed_and_diverging_adds)
         void *args[] = {&ptr, &v[i]};
         TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     }
-    void *bad[] = {&big, NULL}; /* a good first argument, then a NULL one */
+    void *bad[] = {&ptr, NULL}; /* a good first argument, then a NULL one */
     TU_EQ(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, bad, NULL),
           CUDA_ERROR_INVALID_VALUE);
     void *zero[] = {&ptr, &big};
