@@ -196,7 +196,8 @@ typedef struct cupool_event_pool_st *cupool_event_pool_t;
  * returns the same pool; pools need no destruction. Prewarms CUPOOL_STREAM_PREWARM streams the first time a class is
  * seen. Returns CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE (pool NULL, unknown flags),
  * CUDA_ERROR_INVALID_CONTEXT (ctx NULL and no current context), a driver error (e.g.
- * CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed ctx), an init error, or
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED for a destroyed ctx; also when ctx is released, destroyed
+ * or reset by another thread while the pool is made), an init error, or
  * CUDA_ERROR_DEINITIALIZED / CUDA_ERROR_NOT_PERMITTED in those lifecycle states.
  */
 CUPOOL_API CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext ctx,
