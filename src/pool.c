@@ -2294,7 +2294,8 @@ __attribute__((always_inline)) static inline void slot_take(struct cupool__tcach
 }
 
 /* pool_acquire_hit for a pool without the promise: its context checked first, and a stream
- * released unvouched vetted, both driver calls under one guard. */
+ * released unvouched vetted, both driver calls under one guard. For a promised pool, only the
+ * vetting of a stream released unvouched. */
 __attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
                                                                const struct cupool__class_ops *ops,
                                                                void **out)
@@ -2319,12 +2320,14 @@ __attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
         if (rec_kind_gen(it.rec) == pool_kind_gen(v, (uint32_t)ops->kind))
             st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
     }
-    unsigned long long id = 0;
+    bool promised = (v & POOL_PROMISED) != 0;
+    unsigned long long id = promised ? cls->ctx_id : 0;
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r = CUDA_ERROR_DEINITIALIZED, rc = CUDA_SUCCESS;
     _Atomic uint32_t *guard = cupool__drv_begin();
     if (CUPOOL_LIKELY(guard != NULL)) {
-        r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
+        r = promised ? CUDA_SUCCESS
+                     : cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
         if (r == CUDA_SUCCESS && id == cls->ctx_id && st == CUPOOL_H_IDLE_UNCHECKED)
             rc = cupool__driver_result(
                 cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs));
@@ -2363,9 +2366,9 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
         struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
         if (CUPOOL_LIKELY(m != NULL && n != 0 && cls != NULL)) {
             struct cupool__mag_item it = m->items[n - 1];
+            uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
             if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == pool_kind_gen(v, TAG_KIND(tag)) &&
-                              atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED) ==
-                                  CUPOOL_H_IDLE &&
+                              st == CUPOOL_H_IDLE &&
                               atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))) {
                 slot_take(tc, s, n, it.rec);
                 *out = it.handle;
@@ -2373,6 +2376,8 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
                     return hit_then_reclaim();
                 return CUDA_SUCCESS;
             }
+            if (st == CUPOOL_H_IDLE_UNCHECKED) /* a stream released unvouched: vetted there */
+                return pool_acquire_checked(pool, ops, out);
         }
     }
     return pool_acquire_tail(pool, ops, out, false);
