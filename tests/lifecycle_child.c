@@ -139,6 +139,8 @@ static void use_cupool(void)
     setup();
     EXPECT(tu.cuMemAlloc(&counter, 4), CUDA_SUCCESS);
     EXPECT(tu.cuMemsetD32(counter, 0, 1), CUDA_SUCCESS);
+    EXPECT(tu.cuCtxSynchronize(), CUDA_SUCCESS); /* the memset ran: the streams below do not
+                                                    wait for the legacy default stream */
     CUstream s[4];
     CUevent e[4];
     for (int i = 0; i < 4; i++) {

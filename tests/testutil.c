@@ -18,6 +18,18 @@ CUcontext tu_ctx;
 #define RESOLVE(field, name, version) \
     TU_OK(cupool_driver_get_proc(name, version, (void **)&tu.field))
 
+/* The driver's cuMemsetD32 returns before the memset ran (for device memory it is asynchronous
+ * with respect to the host) and runs it on the legacy default stream, which a stream made with
+ * CU_STREAM_NON_BLOCKING does not wait for: a test's next work on such a stream could run
+ * before it. Seen on an H200: a counter zeroed after four kernels of a pipeline had added to
+ * it. The tests' tu.cuMemsetD32 therefore returns once the memset is done. */
+static CUresult (*memset_d32_driver)(CUdeviceptr, unsigned int, size_t);
+static CUresult memset_d32_done(CUdeviceptr p, unsigned int v, size_t n)
+{
+    CUresult r = memset_d32_driver(p, v, n);
+    return r == CUDA_SUCCESS ? tu.cuCtxSynchronize() : r;
+}
+
 void tu_resolve(void)
 {
     RESOLVE(cuDeviceGet, "cuDeviceGet", 2000);
@@ -52,6 +64,8 @@ void tu_resolve(void)
     RESOLVE(cuMemFree, "cuMemFree", 3020);
     RESOLVE(cuMemcpyDtoH, "cuMemcpyDtoH", 3020);
     RESOLVE(cuMemsetD32, "cuMemsetD32", 3020);
+    memset_d32_driver = tu.cuMemsetD32;
+    tu.cuMemsetD32 = memset_d32_done;
     RESOLVE(cuModuleLoadData, "cuModuleLoadData", 2000);
     RESOLVE(cuModuleGetFunction, "cuModuleGetFunction", 2000);
     RESOLVE(cuLaunchKernel, "cuLaunchKernel", 4000);
