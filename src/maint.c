@@ -46,6 +46,9 @@ static _Atomic uint64_t flush_asked, flush_done;
 static _Atomic bool maint_polling;
 /* When the thread wakes next at the latest (monotonic ns; UINT64_MAX while it works). */
 static _Atomic uint64_t maint_wake_at = UINT64_MAX;
+/* When the thread tries a deferred reclamation again (monotonic ns; UINT64_MAX: none asked):
+ * lowered by cupool__maint_reclaim_later (compare-and-swap), taken by the thread. */
+static _Atomic uint64_t maint_reclaim_at = UINT64_MAX;
 
 static void cond_init(void)
 {
@@ -80,10 +83,12 @@ static void *maint_main(void *arg)
         uint32_t want = atomic_exchange(&cupool__maint_want, 0);
         now = cupool__monotonic_ns();
         bool tick = now >= next_tick;
-        if (!want && !tick && now < next_pools && now < next_graves) {
+        uint64_t reclaim_at = atomic_load_explicit(&maint_reclaim_at, CUPOOL_ACQUIRE);
+        if (!want && !tick && now < next_pools && now < next_graves && now < reclaim_at) {
             uint64_t until = next_tick;
             until = next_pools < until ? next_pools : until;
             until = next_graves < until ? next_graves : until;
+            until = reclaim_at < until ? reclaim_at : until;
             struct timespec ts = {(time_t)(until / 1000000000u), (long)(until % 1000000000u)};
             atomic_store_explicit(&maint_wake_at, until, CUPOOL_RELAXED);
             maint_sleeping = true;
@@ -109,6 +114,12 @@ static void *maint_main(void *arg)
             /* graves waiting for their launches: look again in a millisecond */
             next_graves = cupool__graph_graves_maintain() ? cupool__monotonic_ns() + 1000000u
                                                           : UINT64_MAX;
+        }
+        if (now >= reclaim_at) {
+            /* outside any read section of its own, holding no lock: as a request thread on
+             * its way out of a public call (a new backoff asks for the thread again) */
+            atomic_store_explicit(&maint_reclaim_at, UINT64_MAX, CUPOOL_RELAXED);
+            cupool__reclaim_deferred();
         }
         /* a flush waits for the thread to be idle: no round due at once */
         if (next_pools != 0 && next_pools <= cupool__monotonic_ns())
@@ -167,6 +178,17 @@ bool cupool__maint_kick(uint32_t what)
         pthread_cond_signal(&maint_cond);
     pthread_mutex_unlock(&maint_lock);
     return true;
+}
+
+bool cupool__maint_reclaim_later(uint64_t at)
+{
+    if (!cupool__maint_enabled())
+        return false;
+    uint64_t cur = atomic_load_explicit(&maint_reclaim_at, CUPOOL_RELAXED);
+    while (at < cur && !atomic_compare_exchange_weak_explicit(&maint_reclaim_at, &cur, at,
+                                                              CUPOOL_RELEASE, CUPOOL_RELAXED))
+        ;
+    return cupool__maint_kick(CUPOOL_MAINT_RECLAIM);
 }
 
 bool cupool__maint_due(uint64_t at)

@@ -21,6 +21,7 @@
 enum {
     CUPOOL_MAINT_POOLS = 1u << 0,  /* a class has a retire backlog, or wants a refill */
     CUPOOL_MAINT_GRAVES = 1u << 1, /* the graph cache's graveyard has graves due */
+    CUPOOL_MAINT_RECLAIM = 1u << 2, /* a deferred reclamation is to be tried again later */
 };
 
 extern _Atomic uint32_t cupool__maint_want;
@@ -51,6 +52,12 @@ bool cupool__maint_nudge(uint32_t what);
 /* Tells the thread of pool work due at monotonic time `at` (a new class's first decay tick):
  * a kick only when the thread would sleep past it (or does not run yet). */
 bool cupool__maint_due(uint64_t at);
+
+/* Hands the next try of a deferred reclamation that backed off (pool.c,
+ * cupool__reclaim_deferred) to the maintenance thread, due at monotonic time `at`: the calls of
+ * request threads then need not each look at the clock until it is due. False when the thread
+ * cannot take it (as cupool__maint_kick): the caller keeps the reclamation flag set. */
+bool cupool__maint_reclaim_later(uint64_t at);
 
 /* Stops it: at exit (join false) and unload (join true). Idempotent. */
 void cupool__maint_stop(bool join);

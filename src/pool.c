@@ -1287,8 +1287,15 @@ void cupool__reclaim_deferred(void)
     if (cupool__read_inside())
         return; /* still inside a section: the next call on the way out does it */
     uint64_t now = cupool__monotonic_ns();
-    if (now < atomic_load_explicit(&reclaim_not_before, CUPOOL_RELAXED))
-        return; /* backing off: the flag stays set for a call after the pause */
+    uint64_t not_before = atomic_load_explicit(&reclaim_not_before, CUPOOL_RELAXED);
+    if (now < not_before) {
+        /* backing off: the maintenance thread tries again after the pause, and the calls
+         * meanwhile pay nothing (the flag is cleared); without the thread the flag stays set
+         * for a call after the pause (each call on its way out reads the clock till then) */
+        if (cupool__maint_reclaim_later(not_before))
+            atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
+        return;
+    }
     atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
     bool ok = cupool__registry_reclaim(RECLAIM_WAIT_NS);
     if (atomic_load(&classes_dead) >= RECLAIM_AT && classes_reclaim(RECLAIM_WAIT_NS) < 0)
@@ -1301,8 +1308,10 @@ void cupool__reclaim_deferred(void)
     b = b ? (b >= RECLAIM_BACKOFF_MAX_NS / 2 ? RECLAIM_BACKOFF_MAX_NS : 2 * b)
           : RECLAIM_BACKOFF_MIN_NS;
     atomic_store_explicit(&reclaim_backoff, b, CUPOOL_RELAXED);
-    atomic_store_explicit(&reclaim_not_before, cupool__monotonic_ns() + b, CUPOOL_RELAXED);
-    atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
+    uint64_t retry = cupool__monotonic_ns() + b;
+    atomic_store_explicit(&reclaim_not_before, retry, CUPOOL_RELAXED);
+    if (!cupool__maint_reclaim_later(retry))
+        atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
 }
 
 /* Sum of every thread's slot counters at index i (what a class taking the index starts

@@ -1225,6 +1225,44 @@ START_TEST(pool_get_racing_a_reclamation_never_names_the_next_class)
 }
 END_TEST
 
+/* While a held-up reclamation backs off, the maintenance thread takes its next tries: the hit
+ * paths' one relaxed load finds the flag clear, so their calls read no clock on the way out
+ * (they did, each call, for up to the backoff's second: 20 to 40 ns a pair on the H200 after
+ * a trim). Once the section ends, the thread's retry reclaims what waited. */
+START_TEST(backed_off_reclamation_leaves_the_calls_alone)
+{
+    tu_setup();
+    atomic_store(&section_held, 0);
+    atomic_store(&section_release, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, section_holder, NULL), 0);
+    for (int looks = 0; looks < 10000 && !atomic_load(&section_held); looks++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert(atomic_load(&section_held));
+    enum { N = 4000 };
+    static CUevent ev[N];
+    uint64_t before = atomic_load(&cupool__gp_timeouts);
+    for (int i = 0; i < N; i++) /* the registry grows: old tables wait for the held section */
+        TU_OK(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
+    ck_assert_uint_gt(atomic_load(&cupool__gp_timeouts), before); /* a try timed out */
+    ck_assert(!atomic_load(&cupool__hot.reclaim_due)); /* set, each call, before */
+    size_t held = cupool_metadata_bytes();
+    atomic_store(&section_release, 1);
+    pthread_join(t, NULL);
+    bool reclaimed = false;
+    for (int looks = 0; looks < 5000 && !reclaimed; looks++) { /* the backoff is 1 s at most */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+        reclaimed = cupool_metadata_bytes() < held;
+    }
+    ck_assert_msg(reclaimed, "the maintenance thread's retry reclaimed nothing");
+    for (int i = 0; i < N; i++)
+        TU_OK(cupool_event_release(ev[i]));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hostile");
@@ -1244,6 +1282,7 @@ int main(void)
     tcase_add_test(tc, readers_without_a_cache_never_hold_up_reclamation);
     tcase_add_test(tc, blocked_statistics_writer_holds_up_nothing);
     tcase_add_test(tc, held_up_grace_periods_back_off);
+    tcase_add_test(tc, backed_off_reclamation_leaves_the_calls_alone);
     tcase_add_test(tc, full_table_reclaims_from_a_thread_without_cache);
     tcase_add_test(tc, forked_child_never_reclaims);
     tcase_add_test(tc, forged_kind_pool_values_are_refused);
