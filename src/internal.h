@@ -31,6 +31,7 @@
 #define CUPOOL_ACQUIRE memory_order_acquire
 #define CUPOOL_RELEASE memory_order_release
 #define CUPOOL_ACQ_REL memory_order_acq_rel
+#define CUPOOL_SEQ_CST memory_order_seq_cst
 
 /* Single-writer counter: only its owning thread adds, any thread may read. A plain load and
  * store (no lock prefix): the fast path pays no atomic read-modify-write. */

@@ -118,7 +118,7 @@ static void *maint_main(void *arg)
         if (now >= reclaim_at) {
             /* outside any read section of its own, holding no lock: as a request thread on
              * its way out of a public call (a new backoff asks for the thread again) */
-            atomic_store_explicit(&maint_reclaim_at, UINT64_MAX, CUPOOL_RELAXED);
+            (void)atomic_exchange_explicit(&maint_reclaim_at, UINT64_MAX, CUPOOL_ACQ_REL);
             cupool__reclaim_deferred();
         }
         /* a flush waits for the thread to be idle: no round due at once */

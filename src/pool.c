@@ -1278,6 +1278,7 @@ static bool classes_reclaim_outside(void)
 #define RECLAIM_BACKOFF_MAX_NS 1000000000u
 static _Atomic uint64_t reclaim_not_before; /* monotonic ns */
 static _Atomic uint64_t reclaim_backoff;    /* ns; 0: the last try succeeded */
+static _Atomic bool reclaim_trying;         /* a thread is in a try (one at a time) */
 
 void cupool__reclaim_deferred(void)
 {
@@ -1290,18 +1291,25 @@ void cupool__reclaim_deferred(void)
     uint64_t not_before = atomic_load_explicit(&reclaim_not_before, CUPOOL_RELAXED);
     if (now < not_before) {
         /* backing off: the maintenance thread tries again after the pause, and the calls
-         * meanwhile pay nothing (the flag is cleared); without the thread the flag stays set
-         * for a call after the pause (each call on its way out reads the clock till then) */
-        if (cupool__maint_reclaim_later(not_before))
-            atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
+         * meanwhile pay nothing; without the thread the flag stays set for a call after the
+         * pause (each call on its way out reads the clock till then). The flag is cleared
+         * before the hand-off, so a need set meanwhile is never wiped by this store. */
+        atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_SEQ_CST);
+        if (!cupool__maint_reclaim_later(not_before))
+            atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
         return;
     }
-    atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
+    /* one try at a time (the maintenance thread's retry and a request thread's call may meet
+     * at the end of a pause): the other's outcome decides, and the flag, if set, stays so */
+    if (atomic_exchange_explicit(&reclaim_trying, true, CUPOOL_ACQUIRE))
+        return;
+    atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_SEQ_CST);
     bool ok = cupool__registry_reclaim(RECLAIM_WAIT_NS);
     if (atomic_load(&classes_dead) >= RECLAIM_AT && classes_reclaim(RECLAIM_WAIT_NS) < 0)
         ok = false;
     if (ok) {
         atomic_store_explicit(&reclaim_backoff, 0, CUPOOL_RELAXED);
+        atomic_store_explicit(&reclaim_trying, false, CUPOOL_RELEASE);
         return;
     }
     uint64_t b = atomic_load_explicit(&reclaim_backoff, CUPOOL_RELAXED);
@@ -1310,6 +1318,7 @@ void cupool__reclaim_deferred(void)
     atomic_store_explicit(&reclaim_backoff, b, CUPOOL_RELAXED);
     uint64_t retry = cupool__monotonic_ns() + b;
     atomic_store_explicit(&reclaim_not_before, retry, CUPOOL_RELAXED);
+    atomic_store_explicit(&reclaim_trying, false, CUPOOL_RELEASE);
     if (!cupool__maint_reclaim_later(retry))
         atomic_store_explicit(&cupool__hot.reclaim_due, true, CUPOOL_RELAXED);
 }
