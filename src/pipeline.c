@@ -926,11 +926,11 @@ kernel_refilled(struct cupool_pipeline *p, struct pnode *n, const struct fninfo 
                    "n, ndeps: one store");
     uint32_t i = p->n, nd = p->ndeps, has_dep = i > 0;
     p->alen = off + fi->bytes;
-    uint64_t w = (uint64_t)nd << 32 | has_dep; /* ndeps, dep_start */
-    memcpy(&n->ndeps, &w, 8);
+    const uint32_t nd_ds[2] = {has_dep, nd}; /* ndeps, dep_start: one store, any byte order */
+    memcpy(&n->ndeps, nd_ds, 8);
     p->deps[nd] = i - 1; /* nd < depcap; read only below ndeps (when i is 0, it is not) */
-    w = (uint64_t)(nd + has_dep) << 32 | (i + 1); /* n, ndeps */
-    memcpy(&p->n, &w, 8);
+    const uint32_t n_nd[2] = {i + 1, nd + has_dep}; /* n, ndeps */
+    memcpy(&p->n, n_nd, 8);
     if (number)
         *number = i;
     if (CUPOOL_LIKELY(!p->sig_dirty && !p->all_dirty && i < p->sig_chain)) {

@@ -2266,7 +2266,10 @@ static inline uint64_t rec_kind_gen(const struct cupool__handle *rec)
 
 static inline uint64_t pool_kind_gen(uintptr_t v, uint32_t kind)
 {
-    return (uint64_t)(uint32_t)(v >> POOL_GEN_SHIFT) << 32 | kind;
+    const uint32_t w[2] = {kind, (uint32_t)(v >> POOL_GEN_SHIFT)}; /* as in the record */
+    uint64_t x;
+    memcpy(&x, w, 8);
+    return x;
 }
 
 #define TAG_KIND(tag) ((tag) == POOL_TAG_STREAM ? (uint32_t)CUPOOL_KIND_STREAM : (uint32_t)CUPOOL_KIND_EVENT)
