@@ -1774,6 +1774,14 @@ static int mix_nodes(void)
     return nodes;
 }
 
+/* A request's three timed acquires (stream, event, event) into its thread's histogram. */
+static void mix_times(struct mix_req *q, uint64_t t0, uint64_t t1, uint64_t t2, uint64_t t3)
+{
+    hist_add(q->ha, t1 - t0);
+    hist_add(q->ha, t2 - t1);
+    hist_add(q->ha, t3 - t2);
+}
+
 static int mix_hand_request(struct mix_req *q, long i, int measured)
 {
     struct hand_side *h = q->hand;
@@ -1787,11 +1795,8 @@ static int mix_hand_request(struct mix_req *q, long i, int measured)
     uint64_t t3 = ticks();
     if (!e1)
         return 0;
-    if (measured) {
-        hist_add(q->ha, t1 - t0);
-        hist_add(q->ha, t2 - t1);
-        hist_add(q->ha, t3 - t2);
-    }
+    if (measured)
+        mix_times(q, t0, t1, t2, t3);
     int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes();
     unsigned int v = (unsigned int)i;
     void *args[] = {&q->counter, &v};
@@ -1849,11 +1854,8 @@ static int mix_request(struct mix_req *q, long i, int measured)
         return 0;
     }
     uint64_t t3 = ticks();
-    if (measured) {
-        hist_add(q->ha, t1 - t0);
-        hist_add(q->ha, t2 - t1);
-        hist_add(q->ha, t3 - t2);
-    }
+    if (measured)
+        mix_times(q, t0, t1, t2, t3);
     int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes();
     unsigned int v = (unsigned int)i;
     void *args[] = {&q->counter, &v};

@@ -846,9 +846,11 @@ static void *section_holder(void *arg)
     return NULL;
 }
 
-START_TEST(held_up_grace_periods_back_off)
+/* Starts a thread that holds a read section until section_release; returns once it does. */
+static pthread_t section_hold(void)
 {
-    tu_setup();
+    atomic_store(&section_held, 0);
+    atomic_store(&section_release, 0);
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, section_holder, NULL), 0);
     for (int looks = 0; looks < 10000 && !atomic_load(&section_held); looks++) {
@@ -856,6 +858,13 @@ START_TEST(held_up_grace_periods_back_off)
         nanosleep(&ts, NULL);
     }
     ck_assert(atomic_load(&section_held));
+    return t;
+}
+
+START_TEST(held_up_grace_periods_back_off)
+{
+    tu_setup();
+    pthread_t t = section_hold();
     enum { N = 4000 };
     static CUevent ev[N];
     uint64_t before = atomic_load(&cupool__gp_timeouts);
@@ -1232,15 +1241,7 @@ END_TEST
 START_TEST(backed_off_reclamation_leaves_the_calls_alone)
 {
     tu_setup();
-    atomic_store(&section_held, 0);
-    atomic_store(&section_release, 0);
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, section_holder, NULL), 0);
-    for (int looks = 0; looks < 10000 && !atomic_load(&section_held); looks++) {
-        struct timespec ts = {0, 1000000};
-        nanosleep(&ts, NULL);
-    }
-    ck_assert(atomic_load(&section_held));
+    pthread_t t = section_hold();
     enum { N = 4000 };
     static CUevent ev[N];
     uint64_t before = atomic_load(&cupool__gp_timeouts);
