@@ -1604,9 +1604,30 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
     }
 }
 
+/* A record's kind and gen (adjacent words) as one word, and the word a record of class
+ * (kind, gen32) carries: one compare proves both (a pool value forged with the other kind's
+ * tag names a class of the other kind). Built through an array, so any byte order agrees. */
+_Static_assert(offsetof(struct cupool__handle, gen) == offsetof(struct cupool__handle, kind) + 4,
+               "kind, gen: one load");
+static inline uint64_t rec_kind_gen(const struct cupool__handle *rec)
+{
+    uint64_t w;
+    memcpy(&w, &rec->kind, 8);
+    return w;
+}
+
+static inline uint64_t kind_gen(uint32_t kind, uint32_t gen32)
+{
+    const uint32_t w[2] = {kind, gen32}; /* as in the record */
+    uint64_t x;
+    memcpy(&x, w, 8);
+    return x;
+}
+
 /*
  * A hit on the top of this thread's magazine for class index `index`, when the record there
- * carries `gen32` (its class's incarnation: see struct cupool__handle) and is a clean idle
+ * carries the kind and gen of `kg` (kind_gen: its class's incarnation, see struct
+ * cupool__handle) and is a clean idle
  * handle, or a stream released unvouched that cuStreamIsCapturing finds idle. True: handed
  * out. False: not a hit, nothing changed; the caller goes to acquire_general, which decides
  * everything again (a stream whose capture check failed is checked once more there, and
@@ -1614,6 +1635,17 @@ __attribute__((noinline)) static CUresult acquire_general(struct cupool__class *
  * No read section is needed: the magazine is this thread's, records are type-stable, and a
  * class with a registered record is never reclaimed.
  */
+/* The top of slot `s` handed out (the caller checked it). */
+__attribute__((always_inline)) static inline void slot_take(struct cupool__tcache *tc,
+                                                            struct cupool__slot *s, uint32_t n,
+                                                            struct cupool__handle *rec)
+{
+    s->count = n - 1;
+    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
+    cupool__counter_inc(&s->acquires);
+    tc->last = rec;
+}
+
 /* slot_hit's stream released unvouched: the capture check, then the hit. Out of line, so the
  * vouched hit saves no registers. */
 __attribute__((noinline)) static bool slot_hit_unchecked(struct cupool__tcache *tc,
@@ -1624,16 +1656,13 @@ __attribute__((noinline)) static bool slot_hit_unchecked(struct cupool__tcache *
     if (CUPOOL_DRV(cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs)) != CUDA_SUCCESS ||
         cs != CU_STREAM_CAPTURE_STATUS_NONE)
         return false;
-    s->count--;
-    atomic_store_explicit(&it.rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
-    cupool__counter_inc(&s->acquires);
-    tc->last = it.rec;
+    slot_take(tc, s, s->count, it.rec);
     *out = it.handle;
     return true;
 }
 
 __attribute__((always_inline)) static inline bool slot_hit(struct cupool__tcache *tc, uint32_t index,
-                                                          uint32_t gen32, void **out)
+                                                          uint64_t kg, void **out)
 {
     struct cupool__slot *s = slot_of(tc, index);
     struct cupool__magazine *m = s ? s->loaded : NULL;
@@ -1642,16 +1671,13 @@ __attribute__((always_inline)) static inline bool slot_hit(struct cupool__tcache
     struct cupool__mag_item it = m->items[s->count - 1];
     struct cupool__handle *rec = it.rec;
     uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
-    if (CUPOOL_UNLIKELY(rec->gen != gen32))
+    if (CUPOOL_UNLIKELY(rec_kind_gen(rec) != kg))
         return false;
     if (st == CUPOOL_H_IDLE_UNCHECKED)
         return slot_hit_unchecked(tc, s, it, out);
     if (CUPOOL_UNLIKELY(st != CUPOOL_H_IDLE))
         return false;
-    s->count--;
-    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
-    cupool__counter_inc(&s->acquires);
-    tc->last = rec;
+    slot_take(tc, s, s->count, rec);
     *out = it.handle;
     return true;
 }
@@ -1668,7 +1694,7 @@ __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
                       (ctx_current || atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))) &&
-        slot_hit(tc, cls->index, cupool__class_gen32(cls), out))
+        slot_hit(tc, cls->index, kind_gen(cupool__class_kind(cls), cupool__class_gen32(cls)), out))
         return CUDA_SUCCESS;
     return acquire_general(cls, ctx_current, out); /* a failed capture check: checked again */
 }
@@ -1989,7 +2015,7 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
             e++; /* way 1 */
         if (CUPOOL_LIKELY(cc_match(e, id, key))) {
             if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING) &&
-                slot_hit(tc, e->index, (uint32_t)e->gen, out))
+                slot_hit(tc, e->index, kind_gen((uint32_t)ops->kind, (uint32_t)e->gen), out))
                 return CUDA_SUCCESS;
             cupool__read_enter(tc);
             /* the struct may have been reclaimed and reused for another class since */
@@ -2253,26 +2279,13 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
     return r;
 }
 
-/* The record's kind and gen (adjacent words) as one word, for one compare against the pool
- * value's: a value forged with another kind's tag names a class of the other kind. */
-_Static_assert(offsetof(struct cupool__handle, gen) == offsetof(struct cupool__handle, kind) + 4,
-               "kind, gen: one load");
-static inline uint64_t rec_kind_gen(const struct cupool__handle *rec)
-{
-    uint64_t w;
-    memcpy(&w, &rec->kind, 8);
-    return w;
-}
+#define TAG_KIND(tag) ((tag) == POOL_TAG_STREAM ? (uint32_t)CUPOOL_KIND_STREAM : (uint32_t)CUPOOL_KIND_EVENT)
 
+/* The (kind, gen) word of the records of the class a pool value names (see kind_gen). */
 static inline uint64_t pool_kind_gen(uintptr_t v, uint32_t kind)
 {
-    const uint32_t w[2] = {kind, (uint32_t)(v >> POOL_GEN_SHIFT)}; /* as in the record */
-    uint64_t x;
-    memcpy(&x, w, 8);
-    return x;
+    return kind_gen(kind, (uint32_t)(v >> POOL_GEN_SHIFT));
 }
-
-#define TAG_KIND(tag) ((tag) == POOL_TAG_STREAM ? (uint32_t)CUPOOL_KIND_STREAM : (uint32_t)CUPOOL_KIND_EVENT)
 
 /*
  * The explicit-pool hit, without a read section and without the class table's decoding. The
@@ -2303,20 +2316,8 @@ __attribute__((noinline)) static CUresult hit_then_reclaim(void)
     return CUDA_SUCCESS;
 }
 
-/* The top of slot `s` handed out (the caller checked it). */
-__attribute__((always_inline)) static inline void slot_take(struct cupool__tcache *tc,
-                                                            struct cupool__slot *s, uint32_t n,
-                                                            struct cupool__handle *rec)
-{
-    s->count = n - 1;
-    atomic_store_explicit(&rec->state, CUPOOL_H_OWNED, CUPOOL_RELAXED);
-    cupool__counter_inc(&s->acquires);
-    tc->last = rec;
-}
-
 /* pool_acquire_hit for a pool without the promise: its context checked first, and a stream
- * released unvouched vetted, both driver calls under one guard. For a promised pool, only the
- * vetting of a stream released unvouched. */
+ * released unvouched vetted, both driver calls under one guard. */
 __attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
                                                                const struct cupool__class_ops *ops,
                                                                void **out)
@@ -2341,14 +2342,12 @@ __attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
         if (rec_kind_gen(it.rec) == pool_kind_gen(v, (uint32_t)ops->kind))
             st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
     }
-    bool promised = (v & POOL_PROMISED) != 0;
-    unsigned long long id = promised ? cls->ctx_id : 0;
+    unsigned long long id = 0;
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
     CUresult r = CUDA_ERROR_DEINITIALIZED, rc = CUDA_SUCCESS;
     _Atomic uint32_t *guard = cupool__drv_begin();
     if (CUPOOL_LIKELY(guard != NULL)) {
-        r = promised ? CUDA_SUCCESS
-                     : cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
+        r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
         if (r == CUDA_SUCCESS && id == cls->ctx_id && st == CUPOOL_H_IDLE_UNCHECKED)
             rc = cupool__driver_result(
                 cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs));
@@ -2380,28 +2379,15 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
     if (!(v & POOL_PROMISED))
         return pool_acquire_checked(pool, ops, out);
     uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
-    if (CUPOOL_LIKELY(index < CUPOOL_SLOTS_PER_CHUNK)) {
-        struct cupool__slot *s = &tc->slots0[index];
-        struct cupool__magazine *m = s->loaded;
-        uint32_t n = s->count;
-        struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
-        if (CUPOOL_LIKELY(m != NULL && n != 0 && cls != NULL)) {
-            struct cupool__mag_item it = m->items[n - 1];
-            uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
-            if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == pool_kind_gen(v, TAG_KIND(tag)) &&
-                              st == CUPOOL_H_IDLE &&
-                              atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))) {
-                slot_take(tc, s, n, it.rec);
-                *out = it.handle;
-                if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
-                    return hit_then_reclaim();
-                return CUDA_SUCCESS;
-            }
-            if (st == CUPOOL_H_IDLE_UNCHECKED) /* a stream released unvouched: vetted there */
-                return pool_acquire_checked(pool, ops, out);
-        }
+    struct cupool__class *cls = atomic_load_explicit(&class_by_index[index], CUPOOL_ACQUIRE);
+    if (CUPOOL_LIKELY(cls != NULL && atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) &&
+                      slot_hit(tc, index, pool_kind_gen(v, TAG_KIND(tag)), out))) {
+        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
+            return hit_then_reclaim();
+        return CUDA_SUCCESS;
     }
-    return pool_acquire_tail(pool, ops, out, false);
+    /* not a hit, or a stream whose capture check failed: checked again there */
+    return pool_acquire_tail(pool, ops, out, true);
 }
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
