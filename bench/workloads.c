@@ -600,6 +600,19 @@ static double per_1000(uint64_t v, uint64_t ops)
     return ops ? 1000.0 * (double)v / (double)ops : 0;
 }
 
+/* One line of single-call percentiles (acquires, then releases), if there are any. */
+static void print_lats(const char *what, const struct lat *a, const struct lat *r)
+{
+    if (!a->n && !r->n)
+        return;
+    printf("  %*s%s", 34 - (int)strlen(what), "", what);
+    if (a->n)
+        print_lat("acquire", a);
+    if (r->n)
+        print_lat("| release", r);
+    printf("\n");
+}
+
 static void print_rows(int wl, int first)
 {
     printf("\n%s: %s%s\n", wl_names[wl], wl_what[wl], label);
@@ -620,22 +633,8 @@ static void print_rows(int wl, int first)
         }
         printf("  %-34s %10.1f  %-56s %10s %8s  %-18s %-18s\n", r->name, r->ns,
                r->floor[0] ? r->floor : "-", fns, ratio, cr, de);
-        if (r->acq.n || r->rel.n) {
-            printf("  %-34s", "");
-            if (r->acq.n)
-                print_lat("acquire", &r->acq);
-            if (r->rel.n)
-                print_lat("| release", &r->rel);
-            printf("\n");
-        }
-        if (r->facq.n || r->frel.n) {
-            printf("  %-28s floor ", "");
-            if (r->facq.n)
-                print_lat("acquire", &r->facq);
-            if (r->frel.n)
-                print_lat("| release", &r->frel);
-            printf("\n");
-        }
+        print_lats("", &r->acq, &r->rel);
+        print_lats("floor ", &r->facq, &r->frel);
         if (r->note[0])
             printf("  %-34s %s\n", "", r->note);
     }

@@ -20,6 +20,13 @@ static bool exiting(void)
     return cupool__state_now() == CUPOOL_ST_EXITING && cupool__drv.cuStreamCreateWithPriority;
 }
 
+/* Whether the driver may be called for a wrapper: loaded (cupool__enter), or the process
+ * exiting with it loaded (cupool lets the call through then). */
+static CUresult driver_ready(void)
+{
+    return exiting() ? CUDA_SUCCESS : cupool__enter();
+}
+
 /* The driver's destroy of a handle cupool never handed out. */
 static CUresult foreign_destroy(const void *h, bool stream)
 {
@@ -41,11 +48,8 @@ static CUresult destroy(const void *h, bool stream)
     CUresult r;
     if (cupool__release_known(stream ? &cupool__stream_ops : &cupool__event_ops, (void *)h, &r))
         return r;
-    if (!exiting()) {
-        r = cupool__enter(); /* the driver may not be loaded yet */
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
+    if ((r = driver_ready()) != CUDA_SUCCESS) /* the driver may not be loaded yet */
+        return r;
     return foreign_destroy(h, stream);
 }
 
@@ -99,11 +103,9 @@ CUPOOL_API CUresult cupool_cuEventDestroy(CUevent hEvent)
  * on a handle of a reset context). Then the driver's own call, whatever cupool said. */
 CUPOOL_API CUresult cupool_cuDevicePrimaryCtxReset(CUdevice dev)
 {
-    if (!exiting()) {
-        CUresult r = cupool__enter();
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
+    CUresult r = driver_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!cupool__drv.cuDevicePrimaryCtxReset)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver has no cuDevicePrimaryCtxReset");
     unsigned flags = 0;
@@ -123,11 +125,9 @@ CUPOOL_API CUresult cupool_cuDevicePrimaryCtxReset(CUdevice dev)
 
 CUPOOL_API CUresult cupool_cuCtxDestroy(CUcontext ctx)
 {
-    if (!exiting()) {
-        CUresult r = cupool__enter();
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
+    CUresult r = driver_ready();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!cupool__drv.cuCtxDestroy)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED, "the driver has no cuCtxDestroy");
     if (ctx && !exiting())
