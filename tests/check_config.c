@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "error.h"
+#include "base/config.h"
+#include "base/error.h"
 
 struct lines {
     char text[32][400];

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "magazine.h"
+#include "pool/magazine.h"
 
 START_TEST(lifo_order)
 {

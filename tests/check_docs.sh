@@ -3,7 +3,7 @@
 # The documentation states what the code and the tests hold:
 #  - every test docs/reliability.md names for a guarantee exists (a START_TEST of that name in
 #    tests/, or a suite tests/NAME.c);
-#  - every CUPOOL_* variable of src/config.c's table is documented in docs/environment.md;
+#  - every CUPOOL_* variable of src/base/config.c's table is documented in docs/environment.md;
 #  - the limits the library cannot lift are stated where a user reads them: what a release can
 #    and cannot catch (docs/reliability.md), that cupool is not async-signal-safe (cupool(3)),
 #    the promise an explicit pool can be made with (cupool_stream_pool_get(3)).
@@ -23,7 +23,7 @@ for n in $names; do
     esac
 done
 
-for v in $(grep -o '{"CUPOOL_[A-Z_]*"' "$top/src/config.c" | tr -d '{"'); do
+for v in $(grep -o '{"CUPOOL_[A-Z_]*"' "$top/src/base/config.c" | tr -d '{"'); do
     grep -q "\`$v\`" "$top/docs/environment.md" || fail "$v is not documented in docs/environment.md"
 done
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
-#include "pool.h" /* cupool__class_limit(): class indexes in use */
+#include "pool/pool.h" /* cupool__class_limit(): class indexes in use */
 
 /* Iterations scaled down by CUPOOLTEST_STRESS_ITERS (the sanitizer runs set it). */
 static long scaled(long full)

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "pool.h"
-#include "registry.h"
+#include "pool/pool.h"
+#include "pool/registry.h"
 
 static struct cupool__class the_class = {.index = 5, .ops = &cupool__event_ops};
 static struct cupool__class *const CLS = &the_class;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE /* dlinfo */
-#include "internal.h"
-#include "driver.h"
-#include "error.h"
-#include "pool.h"
+#include "base/internal.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "pool/pool.h"
 
 #include <dlfcn.h>
 #include <link.h>

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Streams: how a stream class creates and destroys its handles, and priority clamping. */
-#include "internal.h"
-#include "pool.h"
-#include "driver.h"
-#include "error.h"
-#include "lifecycle.h"
+#include "base/internal.h"
+#include "pool/pool.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/lifecycle.h"
 
 static CUresult stream_create(const struct cupool__class *cls, void **handle)
 {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Events: how an event class creates and destroys its handles. */
-#include "internal.h"
-#include "pool.h"
-#include "driver.h"
+#include "base/internal.h"
+#include "pool/pool.h"
+#include "base/driver.h"
 
 static CUresult event_create(const struct cupool__class *cls, void **handle)
 {

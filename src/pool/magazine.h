@@ -19,7 +19,7 @@
  */
 #ifndef CUPOOL_MAGAZINE_H
 #define CUPOOL_MAGAZINE_H
-#include "internal.h"
+#include "base/internal.h"
 
 struct cupool__handle;
 

@@ -5,12 +5,12 @@
  * of the same for `-Wl,--wrap=NAME`. A destroy of a handle cupool did not hand out goes to the
  * driver, as the replaced call would have.
  */
-#include "internal.h"
+#include "base/internal.h"
 #include "cupool_runtime.h"
-#include "driver.h"
-#include "error.h"
-#include "lifecycle.h"
-#include "pool.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/lifecycle.h"
+#include "pool/pool.h"
 
 /* The process is exiting: cupool itself calls the driver no more, but the caller's own call
  * would have reached the driver, so the wrappers make it unguarded, as the replaced call

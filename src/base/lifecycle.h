@@ -8,7 +8,7 @@
  */
 #ifndef CUPOOL_LIFECYCLE_H
 #define CUPOOL_LIFECYCLE_H
-#include "internal.h"
+#include "base/internal.h"
 
 enum cupool__state {
     CUPOOL_ST_UNINIT = 0,

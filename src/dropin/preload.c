@@ -21,10 +21,10 @@
  * never redirected.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "base/internal.h"
 #include "cupool_runtime.h"
-#include "driver.h"
-#include "error.h"
+#include "base/driver.h"
+#include "base/error.h"
 
 #include <dlfcn.h>
 #include <link.h>

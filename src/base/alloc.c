@@ -22,8 +22,8 @@
  * holding one).
  */
 #define _GNU_SOURCE /* RTLD_NOLOAD, RTLD_NODELETE */
-#include "internal.h"
-#include "alloc.h"
+#include "base/internal.h"
+#include "base/alloc.h"
 
 #include <pthread.h>
 #include <stdio.h>

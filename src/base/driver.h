@@ -7,7 +7,7 @@
  */
 #ifndef CUPOOL_DRIVER_H
 #define CUPOOL_DRIVER_H
-#include "internal.h"
+#include "base/internal.h"
 
 /* X(name, version, return type, parameter list) for every entry point the library calls. */
 #define CUPOOL_DRIVER_ENTRIES(X)                                                            \
@@ -133,7 +133,7 @@ CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn);
 /* The preload exports the driver's stream and event names, so a driver whose
  * cuGetProcAddress hands out addresses bound through its symbol table (interposable) may hand
  * cupool the preload's own functions: they are replaced by the driver library's definitions
- * (src/preload.c). */
+ * (src/dropin/preload.c). */
 void cupool__preload_own_entries(void *driver_handle);
 /* The file of the driver the program looked cuGetProcAddress up in, or NULL. */
 const char *cupool__preload_driver_hint(void);

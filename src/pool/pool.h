@@ -6,10 +6,10 @@
  */
 #ifndef CUPOOL_POOL_H
 #define CUPOOL_POOL_H
-#include "internal.h"
-#include "magazine.h"
-#include "registry.h"
-#include "lifecycle.h"
+#include "base/internal.h"
+#include "pool/magazine.h"
+#include "pool/registry.h"
+#include "base/lifecycle.h"
 
 #define CUPOOL_CLASS_MAGIC 0x63706f6cu /* "cpol": checks explicit pool arguments */
 
@@ -153,7 +153,7 @@ struct cupool__cc_entry {
     uint32_t index; /* cls->index, one load less on the fast path */
 };
 
-/* A thread's memories of its graph-cache launches (src/pipeline.c, struct cupool__ghints):
+/* A thread's memories of its graph-cache launches (src/graph/pipeline.c, struct cupool__ghints):
  * per signature and stream, the entry and exec it used last, for a lock-free claim of the
  * same exec next time. Only hints, validated before use; allocated by the thread's first
  * graph launch, read and written by the thread that holds the cache alone. */

@@ -4,12 +4,12 @@
  * slot (single writer, plain stores); the reader sums them over every thread cache, live or
  * retired, without stopping anyone. Never calls the driver.
  */
-#include "internal.h"
-#include "pool.h"
-#include "alloc.h"
-#include "config.h"
-#include "driver.h"
-#include "lifecycle.h"
+#include "base/internal.h"
+#include "pool/pool.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/lifecycle.h"
 
 #include <inttypes.h>
 #include <stdio.h>

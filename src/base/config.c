@@ -5,9 +5,9 @@
  * library: each problem becomes one line naming the variable, the value, what is accepted
  * and the default used instead (jemalloc's habit for its options).
  */
-#include "internal.h"
-#include "config.h"
-#include "error.h"
+#include "base/internal.h"
+#include "base/config.h"
+#include "base/error.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -7,11 +7,11 @@
  * destruction serialise in the driver anyway.
  */
 #define _GNU_SOURCE
-#include "maint.h"
-#include "config.h"
-#include "error.h"
-#include "lifecycle.h"
-#include "pool.h"
+#include "base/maint.h"
+#include "base/config.h"
+#include "base/error.h"
+#include "base/lifecycle.h"
+#include "pool/pool.h"
 
 #include <errno.h>
 #include <pthread.h>

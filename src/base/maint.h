@@ -16,7 +16,7 @@
  */
 #ifndef CUPOOL_MAINT_H
 #define CUPOOL_MAINT_H
-#include "internal.h"
+#include "base/internal.h"
 
 enum {
     CUPOOL_MAINT_POOLS = 1u << 0,  /* a class has a retire backlog, or wants a refill */

@@ -30,14 +30,15 @@
  * so a launch compares nothing, or only the marked nodes, with an exec that ran the last
  * launch (exec_update).
  */
-#include "internal.h"
-#include "alloc.h"
-#include "config.h"
-#include "driver.h"
-#include "error.h"
-#include "lifecycle.h"
-#include "pool.h"
-#include "maint.h"
+#include "base/internal.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/lifecycle.h"
+#include "base/maint.h"
+#include "pool/pool.h"
+#include "graph/graph.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -1971,14 +1972,17 @@ static inline _Atomic uint32_t *gate_enter(void)
 /* Waits until no other thread is inside a gated section: GATE_DRAIN_NS at most (a launch
  * blocked on a full queue, or its thread descheduled, is not waited out: the gate is a best
  * effort against a driver stall, not a correctness condition). */
+_Atomic uint64_t cupool__gate_timeouts;
+
 static void launches_drain(void)
 {
     if (cupool__membarrier_ready())
         cupool__membarrier();
     else
         atomic_thread_fence(memory_order_seq_cst);
-    cupool__wait_threads(offsetof(struct cupool__tcache, in_launch), &launch_anon,
-                         GATE_DRAIN_NS);
+    if (!cupool__wait_threads(offsetof(struct cupool__tcache, in_launch), &launch_anon,
+                              GATE_DRAIN_NS))
+        atomic_fetch_add_explicit(&cupool__gate_timeouts, 1, CUPOOL_RELAXED);
 }
 
 /* cuGraphInstantiateWithFlags, with no launch of cupool's inside the driver meanwhile. */

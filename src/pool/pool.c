@@ -15,14 +15,14 @@
  * its streams are known to be alive, while a release may come after a context reset, when any
  * driver call on the old stream crashes the driver (seen on an H200, driver 580.159).
  */
-#include "internal.h"
-#include "pool.h"
-#include "alloc.h"
-#include "config.h"
-#include "driver.h"
-#include "error.h"
-#include "lifecycle.h"
-#include "maint.h"
+#include "base/internal.h"
+#include "pool/pool.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/lifecycle.h"
+#include "base/maint.h"
 
 #include <pthread.h>
 #include <stdio.h>

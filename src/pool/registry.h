@@ -9,7 +9,7 @@
  */
 #ifndef CUPOOL_REGISTRY_H
 #define CUPOOL_REGISTRY_H
-#include "internal.h"
+#include "base/internal.h"
 
 struct cupool__class;
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-#include "internal.h"
-#include "magazine.h"
-#include "alloc.h"
+#include "base/internal.h"
+#include "pool/magazine.h"
+#include "base/alloc.h"
 
 void (*cupool__stack_pop_hook)(struct cupool__mag_stack *, struct cupool__magazine *);
 

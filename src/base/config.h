@@ -3,7 +3,7 @@
  * (docs/environment.md lists the same), a strict parser, and the parsed configuration. */
 #ifndef CUPOOL_CONFIG_H
 #define CUPOOL_CONFIG_H
-#include "internal.h"
+#include "base/internal.h"
 #include <limits.h>
 
 #define CUPOOL_PATH_MAX 4096

@@ -2,7 +2,7 @@
 /* Error reporting: the per-thread message behind cupool_error_string(), and logging. */
 #ifndef CUPOOL_ERROR_H
 #define CUPOOL_ERROR_H
-#include "internal.h"
+#include "base/internal.h"
 
 #define CUPOOL_ERRMSG_MAX 512
 

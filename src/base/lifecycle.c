@@ -8,14 +8,14 @@
  * can crash or hang on a destroy, and the process is about to release everything anyway.
  * dlclose() of the library destroys its idle handles and frees all its memory.
  */
-#include "internal.h"
-#include "lifecycle.h"
-#include "maint.h"
-#include "config.h"
-#include "driver.h"
-#include "error.h"
-#include "pool.h"
-#include "alloc.h"
+#include "base/internal.h"
+#include "base/lifecycle.h"
+#include "base/maint.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "pool/pool.h"
+#include "base/alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>

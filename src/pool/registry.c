@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-#include "internal.h"
-#include "registry.h"
-#include "alloc.h"
-#include "pool.h"
+#include "base/internal.h"
+#include "pool/registry.h"
+#include "base/alloc.h"
+#include "pool/pool.h"
 
 #include <pthread.h>
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-#include "internal.h"
-#include "error.h"
+#include "base/internal.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,7 +57,7 @@ const char *cupool_result_name(CUresult result)
     switch ((int)result) {
 #define X(name, value) \
     case value: return #name;
-#include "result_names.h"
+#include "base/result_names.h"
 #undef X
     default: return "CUDA_ERROR_UNKNOWN_CODE";
     }
