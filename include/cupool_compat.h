@@ -24,20 +24,22 @@
 #include <cupool.h>
 
 #ifndef CUPOOL_COMPAT_NO_DRIVER
+/* BEGIN compat-driver: written by scripts/dropin-names from src/dropin/names.h */
 #undef cuStreamCreate
-#undef cuStreamCreateWithPriority
-#undef cuStreamDestroy
-#undef cuEventCreate
-#undef cuEventDestroy
 #define cuStreamCreate cupool_cuStreamCreate
+#undef cuStreamCreateWithPriority
 #define cuStreamCreateWithPriority cupool_cuStreamCreateWithPriority
+#undef cuStreamDestroy
 #define cuStreamDestroy cupool_cuStreamDestroy
-#define cuEventCreate cupool_cuEventCreate
-#define cuEventDestroy cupool_cuEventDestroy
 #undef cuStreamDestroy_v2
+#define cuStreamDestroy_v2 cupool_cuStreamDestroy
+#undef cuEventCreate
+#define cuEventCreate cupool_cuEventCreate
+#undef cuEventDestroy
+#define cuEventDestroy cupool_cuEventDestroy
 #undef cuEventDestroy_v2
-#define cuStreamDestroy_v2 cupool_cuStreamDestroy /* the ABI names, when written out */
 #define cuEventDestroy_v2 cupool_cuEventDestroy
+/* END compat-driver */
 #endif
 
 #if !defined(CUPOOL_COMPAT_NO_RUNTIME) &&                                                    \
@@ -50,6 +52,7 @@ static inline cudaError_t cupool_cudaEventCreate(cudaEvent_t *event, unsigned in
     return cupool_cudaEventCreateWithFlags(event, flags);
 }
 #endif
+/* BEGIN compat-runtime: written by scripts/dropin-names from src/dropin/names.h */
 #define cudaStreamCreate cupool_cudaStreamCreate
 #define cudaStreamCreateWithFlags cupool_cudaStreamCreateWithFlags
 #define cudaStreamCreateWithPriority cupool_cudaStreamCreateWithPriority
@@ -57,6 +60,7 @@ static inline cudaError_t cupool_cudaEventCreate(cudaEvent_t *event, unsigned in
 #define cudaEventCreate cupool_cudaEventCreate
 #define cudaEventCreateWithFlags cupool_cudaEventCreateWithFlags
 #define cudaEventDestroy cupool_cudaEventDestroy
+/* END compat-runtime */
 #endif
 
 #endif /* CUPOOL_COMPAT_H */

@@ -2,7 +2,7 @@
 /*
  * Drop-in wrappers (docs/drop-in.md): the driver's and the runtime's stream and event create
  * and destroy calls, with their exact signatures, on cupool's pools; and __wrap_ entry points
- * of the same for `-Wl,--wrap=NAME`. A destroy of a handle cupool did not hand out goes to the
+ * of the same for `-Wl,--wrap=NAME` (the names: dropin/names.h). A destroy of a handle cupool did not hand out goes to the
  * driver, as the replaced call would have.
  */
 #include "base/internal.h"
@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/lifecycle.h"
 #include "pool/pool.h"
+#include "dropin/names.h"
 
 /* The process is exiting: cupool itself calls the driver no more, but the caller's own call
  * would have reached the driver, so the wrappers make it unguarded, as the replaced call
@@ -233,26 +234,12 @@ CUPOOL_API cudaError_t cupool_cudaEventDestroy(cudaEvent_t event)
 }
 
 /* ---- link level: -Wl,--wrap=NAME routes the program's calls of NAME here ----
- * The symbol names are the ones programs reference: cuda.h maps cuStreamDestroy and
- * cuEventDestroy to their _v2 ABIs. */
-
-/* Each __wrap_ name is the wrapper itself (an ELF alias), not a function calling it. */
-#define CUPOOL_WRAP(ret, name, params) \
-    CUPOOL_API ret __wrap_##name params __attribute__((alias("cupool_" #name)));
-#define CUPOOL_WRAP_AS(ret, name, target, params) \
-    CUPOOL_API ret __wrap_##name params __attribute__((alias(#target)));
-
-CUPOOL_WRAP(CUresult, cuStreamCreate, (CUstream *phStream, unsigned int Flags))
-CUPOOL_WRAP(CUresult, cuStreamCreateWithPriority,
-            (CUstream *phStream, unsigned int flags, int priority))
-CUPOOL_WRAP_AS(CUresult, cuStreamDestroy_v2, cupool_cuStreamDestroy, (CUstream hStream))
-CUPOOL_WRAP(CUresult, cuEventCreate, (CUevent *phEvent, unsigned int Flags))
-CUPOOL_WRAP_AS(CUresult, cuEventDestroy_v2, cupool_cuEventDestroy, (CUevent hEvent))
-CUPOOL_WRAP(cudaError_t, cudaStreamCreate, (cudaStream_t *pStream))
-CUPOOL_WRAP(cudaError_t, cudaStreamCreateWithFlags, (cudaStream_t *pStream, unsigned int flags))
-CUPOOL_WRAP(cudaError_t, cudaStreamCreateWithPriority,
-            (cudaStream_t *pStream, unsigned int flags, int priority))
-CUPOOL_WRAP(cudaError_t, cudaStreamDestroy, (cudaStream_t stream))
-CUPOOL_WRAP(cudaError_t, cudaEventCreate, (cudaEvent_t *event))
-CUPOOL_WRAP(cudaError_t, cudaEventCreateWithFlags, (cudaEvent_t *event, unsigned int flags))
-CUPOOL_WRAP(cudaError_t, cudaEventDestroy, (cudaEvent_t event))
+ * The names are the link-level ones of dropin/names.h: the symbols programs reference (cuda.h
+ * maps cuStreamDestroy and cuEventDestroy to their _v2 ABIs). Each __wrap_ name is the
+ * wrapper itself (an ELF alias), not a function calling it. */
+#define WRAP_DRIVER(name, target, link, compat, slot, params, args) \
+    CUPOOL_DROPIN_IF(link, CUPOOL_API CUresult __wrap_##name params __attribute__((alias(#target)));)
+#define WRAP_RUNTIME(name, target, link, compat, slot, params, args) \
+    CUPOOL_DROPIN_IF(link, CUPOOL_API cudaError_t __wrap_##name params __attribute__((alias(#target)));)
+CUPOOL_DROPIN_DRIVER(WRAP_DRIVER)
+CUPOOL_DROPIN_RUNTIME(WRAP_RUNTIME)

@@ -3,18 +3,16 @@
  * libcupool_preload.so: the binary-level drop-in (docs/drop-in.md). Loaded with LD_PRELOAD,
  * it gives unmodified programs pooled streams and events. It carries its own copy of cupool
  * (nothing of it exported, metadata from libc: no allocator is brought into the process) and
- * exports only the CUDA names it substitutes:
+ * exports only the CUDA names it substitutes, those of the drop-in list (dropin/names.h):
  *
- *   - the runtime's cudaStreamCreate, ...WithFlags, ...WithPriority, cudaStreamDestroy,
- *     cudaEventCreate, ...WithFlags, cudaEventDestroy: they take precedence over the shared
- *     runtime's (libcudart.so) for every caller;
- *   - the driver's cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy(_v2),
- *     cuEventCreate, cuEventDestroy(_v2): for programs linked with libcuda;
+ *   - the runtime's stream and event create and destroy calls: they take precedence over the
+ *     shared runtime's (libcudart.so) for every caller;
+ *   - the driver's, and its context reset and destroy (so that the pools let go of a context
+ *     first): for programs linked with libcuda;
  *   - cuGetProcAddress(_v2) and dlsym: code that loads the driver itself (the CUDA runtime,
- *     static or shared, cuda-python, CuPy) resolves entry points through them; the five
- *     stream and event entry points come back as cupool's, every other one is the driver's,
- *     resolved with the caller's exact version and flags (per-thread default-stream variants
- *     included).
+ *     static or shared, cuda-python, CuPy) resolves entry points through them; the listed
+ *     entry points come back as cupool's, every other one is the driver's, resolved with the
+ *     caller's exact version and flags (per-thread default-stream variants included).
  *
  * With CUPOOL_DISABLE=1 every interposed name is the driver's or runtime's own (a pure
  * pass-through). dlsym calls made by this library itself (cupool loading the driver) are
@@ -25,6 +23,7 @@
 #include "cupool_runtime.h"
 #include "base/driver.h"
 #include "base/error.h"
+#include "dropin/names.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -150,18 +149,14 @@ static void note_driver(const void *sym)
 void cupool__preload_own_entries(void *h)
 {
     init();
+    /* the ABIs cupool calls itself (dropin/names.h, slot 1), which the preload exports too */
+#define OWN_ENTRY(name, target, link, compat, slot, params, args) \
+    CUPOOL_DROPIN_IF(slot, {(void **)&cupool__drv.name, #name},)
     const struct {
         void **slot;
         const char *abi;
-    } e[] = {
-        /* (cuda.h maps the destroys to their _v2 names, here too) */
-        {(void **)&cupool__drv.cuStreamCreateWithPriority, "cuStreamCreateWithPriority"},
-        {(void **)&cupool__drv.cuStreamDestroy_v2, "cuStreamDestroy_v2"},
-        {(void **)&cupool__drv.cuEventCreate, "cuEventCreate"},
-        {(void **)&cupool__drv.cuEventDestroy_v2, "cuEventDestroy_v2"},
-        {(void **)&cupool__drv.cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset_v2"},
-        {(void **)&cupool__drv.cuCtxDestroy_v2, "cuCtxDestroy_v2"},
-    };
+    } e[] = {CUPOOL_DROPIN_DRIVER(OWN_ENTRY)};
+#undef OWN_ENTRY
     for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++)
         if (*e[i].slot && is_self(*e[i].slot)) {
             void *f = real_dlsym ? real_dlsym(h, e[i].abi) : NULL;
@@ -176,27 +171,27 @@ EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
                                     cuuint64_t flags, CUdriverProcAddressQueryResult *status);
 
+#define SUBSTITUTE(name, target, link, compat, slot, params, args) {#name, (void *)target},
+static const struct {
+    const char *name;
+    void *fn;
+} driver_names[] = {CUPOOL_DROPIN_DRIVER(SUBSTITUTE)}, runtime_names[] = {CUPOOL_DROPIN_RUNTIME(SUBSTITUTE)};
+#undef SUBSTITUTE
+
 /* cupool's function for a driver entry point name (any version), or NULL. */
 static void *substitute(const char *name, int version)
 {
     if (strncmp(name, "cu", 2) != 0)
         return NULL;
-    if (!strcmp(name, "cuStreamCreate"))
-        return (void *)cupool_cuStreamCreate;
-    if (!strcmp(name, "cuStreamCreateWithPriority"))
-        return (void *)cupool_cuStreamCreateWithPriority;
-    if (!strcmp(name, "cuStreamDestroy") || !strcmp(name, "cuStreamDestroy_v2"))
-        return (void *)cupool_cuStreamDestroy;
-    if (!strcmp(name, "cuEventCreate"))
-        return (void *)cupool_cuEventCreate;
-    if (!strcmp(name, "cuEventDestroy") || !strcmp(name, "cuEventDestroy_v2"))
-        return (void *)cupool_cuEventDestroy;
-    /* the pools let go of a context before it is reset or destroyed (the ABI versions
-     * cupool calls: the legacy ones are the driver's own) */
-    if ((!strcmp(name, "cuDevicePrimaryCtxReset") && version >= 11000) ||
-        !strcmp(name, "cuDevicePrimaryCtxReset_v2"))
+    for (size_t i = 0; i < sizeof(driver_names) / sizeof(driver_names[0]); i++)
+        if (!strcmp(name, driver_names[i].name))
+            return driver_names[i].fn;
+    /* the pools let go of a context before it is reset or destroyed: the legacy names
+     * stand for the ABIs cupool wraps from these versions on (before, they are the driver's
+     * own) */
+    if (!strcmp(name, "cuDevicePrimaryCtxReset") && version >= 11000)
         return (void *)cupool_cuDevicePrimaryCtxReset;
-    if ((!strcmp(name, "cuCtxDestroy") && version >= 4000) || !strcmp(name, "cuCtxDestroy_v2"))
+    if (!strcmp(name, "cuCtxDestroy") && version >= 4000)
         return (void *)cupool_cuCtxDestroy;
     /* the lookup function itself, so that later lookups come here too */
     if (!strcmp(name, "cuGetProcAddress"))
@@ -208,23 +203,11 @@ static void *substitute(const char *name, int version)
 
 static void *substitute_runtime(const char *name)
 {
-    static const struct {
-        const char *name;
-        void *fn;
-    } rt[] = {
-        {"cudaStreamCreate", (void *)cupool_cudaStreamCreate},
-        {"cudaStreamCreateWithFlags", (void *)cupool_cudaStreamCreateWithFlags},
-        {"cudaStreamCreateWithPriority", (void *)cupool_cudaStreamCreateWithPriority},
-        {"cudaStreamDestroy", (void *)cupool_cudaStreamDestroy},
-        {"cudaEventCreate", (void *)cupool_cudaEventCreate},
-        {"cudaEventCreateWithFlags", (void *)cupool_cudaEventCreateWithFlags},
-        {"cudaEventDestroy", (void *)cupool_cudaEventDestroy},
-    };
     if (strncmp(name, "cuda", 4) != 0)
         return NULL;
-    for (size_t i = 0; i < sizeof(rt) / sizeof(rt[0]); i++)
-        if (!strcmp(name, rt[i].name))
-            return rt[i].fn;
+    for (size_t i = 0; i < sizeof(runtime_names) / sizeof(runtime_names[0]); i++)
+        if (!strcmp(name, runtime_names[i].name))
+            return runtime_names[i].fn;
     return NULL;
 }
 
@@ -366,71 +349,17 @@ EXPORT void *dlsym(void *handle, const char *name)
         return real_##name ? real_##name args : CUDA_ERROR_NOT_INITIALIZED;                 \
     }
 
-EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-    init();
-    PASS(CUresult, cuStreamCreate, (CUstream *, unsigned int), (phStream, Flags))
-    return cupool_cuStreamCreate(phStream, Flags);
-}
-
-EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
-{
-    init();
-    PASS(CUresult, cuStreamCreateWithPriority, (CUstream *, unsigned int, int),
-         (phStream, flags, priority))
-    return cupool_cuStreamCreateWithPriority(phStream, flags, priority);
-}
-
-EXPORT CUresult cuStreamDestroy(CUstream hStream);
-EXPORT CUresult cuStreamDestroy(CUstream hStream)
-{
-    init();
-    PASS(CUresult, cuStreamDestroy, (CUstream), (hStream))
-    return cupool_cuStreamDestroy(hStream);
-}
-
-EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
-{
-    init();
-    PASS(CUresult, cuStreamDestroy_v2, (CUstream), (hStream))
-    return cupool_cuStreamDestroy(hStream);
-}
-
-EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    init();
-    PASS(CUresult, cuDevicePrimaryCtxReset_v2, (CUdevice), (dev))
-    return cupool_cuDevicePrimaryCtxReset(dev);
-}
-
-EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
-{
-    init();
-    PASS(CUresult, cuCtxDestroy_v2, (CUcontext), (ctx))
-    return cupool_cuCtxDestroy(ctx);
-}
-
-EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
-{
-    init();
-    PASS(CUresult, cuEventCreate, (CUevent *, unsigned int), (phEvent, Flags))
-    return cupool_cuEventCreate(phEvent, Flags);
-}
-
-EXPORT CUresult cuEventDestroy(CUevent hEvent);
-EXPORT CUresult cuEventDestroy(CUevent hEvent)
-{
-    init();
-    PASS(CUresult, cuEventDestroy, (CUevent), (hEvent))
-    return cupool_cuEventDestroy(hEvent);
-}
-
-EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
-{
-    init();
-    PASS(CUresult, cuEventDestroy_v2, (CUevent), (hEvent))
-    return cupool_cuEventDestroy(hEvent);
-}
+/* Every driver name of dropin/names.h (a declaration first: cuda.h declares only the ABI
+ * names it maps to). */
+#define EXPORT_DRIVER(name, target, link, compat, slot, params, args) \
+    EXPORT CUresult name params;                                      \
+    EXPORT CUresult name params                                       \
+    {                                                                 \
+        init();                                                       \
+        PASS(CUresult, name, params, args)                            \
+        return target args;                                           \
+    }
+CUPOOL_DROPIN_DRIVER(EXPORT_DRIVER)
 
 /* ---- runtime names, for programs linked with the shared runtime ---- */
 
@@ -442,53 +371,11 @@ EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
         return real_##name ? real_##name args : cudaErrorInitializationError;               \
     }
 
-EXPORT cudaError_t cudaStreamCreate(cudaStream_t *pStream)
-{
-    init();
-    RT_PASS(cudaStreamCreate, (cudaStream_t *), (pStream))
-    return cupool_cudaStreamCreate(pStream);
-}
-
-EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
-{
-    init();
-    RT_PASS(cudaStreamCreateWithFlags, (cudaStream_t *, unsigned int), (pStream, flags))
-    return cupool_cudaStreamCreateWithFlags(pStream, flags);
-}
-
-EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags,
-                                                int priority)
-{
-    init();
-    RT_PASS(cudaStreamCreateWithPriority, (cudaStream_t *, unsigned int, int),
-            (pStream, flags, priority))
-    return cupool_cudaStreamCreateWithPriority(pStream, flags, priority);
-}
-
-EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
-{
-    init();
-    RT_PASS(cudaStreamDestroy, (cudaStream_t), (stream))
-    return cupool_cudaStreamDestroy(stream);
-}
-
-EXPORT cudaError_t cudaEventCreate(cudaEvent_t *event)
-{
-    init();
-    RT_PASS(cudaEventCreate, (cudaEvent_t *), (event))
-    return cupool_cudaEventCreate(event);
-}
-
-EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
-{
-    init();
-    RT_PASS(cudaEventCreateWithFlags, (cudaEvent_t *, unsigned int), (event, flags))
-    return cupool_cudaEventCreateWithFlags(event, flags);
-}
-
-EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event)
-{
-    init();
-    RT_PASS(cudaEventDestroy, (cudaEvent_t), (event))
-    return cupool_cudaEventDestroy(event);
-}
+#define EXPORT_RUNTIME(name, target, link, compat, slot, params, args) \
+    EXPORT cudaError_t name params                                     \
+    {                                                                  \
+        init();                                                        \
+        RT_PASS(name, params, args)                                    \
+        return target args;                                            \
+    }
+CUPOOL_DROPIN_RUNTIME(EXPORT_RUNTIME)
