@@ -836,13 +836,13 @@ static void *section_holder(void *arg)
         cupool_event_release(e) != CUDA_SUCCESS)
         return NULL; /* section_held stays 0: the test fails */
     struct cupool__tcache *tc = cupool__tcache_self();
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     atomic_store(&section_held, 1);
     while (!atomic_load(&section_release)) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
     }
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
     return NULL;
 }
 
@@ -948,7 +948,7 @@ START_TEST(forked_child_never_reclaims)
     static CUevent ev[N];
     struct cupool__tcache *tc = cupool__tcache_self();
     ck_assert_ptr_nonnull(tc);
-    cupool__read_enter(tc); /* the acquires' reclamation waits until the section ends */
+    cupool__read_enter(cupool__th(tc)); /* the acquires' reclamation waits until the section ends */
     for (int i = 0; i < N; i++)
         TU_OK(cupool_event_acquire(&ev[i], CU_EVENT_DISABLE_TIMING));
     ck_assert(atomic_load(&cupool__hot.reclaim_due)); /* replaced tables wait for a grace period */
@@ -956,7 +956,7 @@ START_TEST(forked_child_never_reclaims)
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        cupool__read_leave(tc);
+        cupool__read_leave(cupool__th(tc));
         size_t before = cupool_metadata_bytes();
         CUevent e;
         CUstream s;
@@ -966,7 +966,7 @@ START_TEST(forked_child_never_reclaims)
         bad |= (cupool_metadata_bytes() != before) << 3;
         _exit(bad);
     }
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
     int status = 0;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,

@@ -3,12 +3,22 @@
 #include "base/internal.h"
 #include "base/driver.h"
 #include "base/error.h"
-#include "pool/pool.h"
+#include "base/sync.h"
 
 #include <dlfcn.h>
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+
+CUPOOL_TLS_IE bool cupool__closer;
+_Atomic uint32_t cupool__drv_anon;
+
+void cupool__driver_quiesce(void)
+{
+    cupool__membarrier();
+    cupool__wait_threads(offsetof(struct cupool__thread, in_driver), &cupool__drv_anon,
+                         1000000000u);
+}
 
 struct cupool__driver cupool__drv;
 static void *driver_handle; /* our reference, dropped by cupool__driver_unload() */

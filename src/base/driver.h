@@ -8,6 +8,9 @@
 #ifndef CUPOOL_DRIVER_H
 #define CUPOOL_DRIVER_H
 #include "base/internal.h"
+#include "base/lifecycle.h"
+#include "base/sync.h"
+#include "base/thread.h"
 
 /* X(name, version, return type, parameter list) for every entry point the library calls. */
 #define CUPOOL_DRIVER_ENTRIES(X)                                                            \
@@ -128,6 +131,70 @@ void cupool__driver_unload(void);
 
 /* cupool_driver_get_proc() behind the public checks. */
 CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn);
+
+/* ---- Driver-call guard ----
+ * Every driver call cupool makes is bracketed by cupool__drv_begin()/_end() (CUPOOL_DRV), so
+ * that once the process starts exiting (or the library is unloaded) no new call starts and
+ * the ones in flight are waited for before the driver's own exit handlers run. The calling
+ * side costs a plain store, a compiler barrier and a load; the exiting side pays for the
+ * ordering with membarrier(2): the handshake of base/sync.h, whose flag is the lifecycle
+ * state and whose counter is the thread record's in_driver. */
+extern _Atomic uint32_t cupool__drv_anon;     /* calls in flight on threads without a record */
+extern CUPOOL_TLS_IE bool cupool__closer;     /* this thread is closing the library */
+
+static inline void cupool__drv_end(_Atomic uint32_t *c)
+{
+    if (CUPOOL_UNLIKELY(c == &cupool__drv_anon))
+        atomic_fetch_sub(c, 1);
+    else
+        cupool__hs_leave(c);
+}
+
+/* May this thread call the driver now? In RUNNING or PASSTHROUGH, or as the thread closing
+ * the library while the driver has not said it is gone. */
+static inline bool cupool__driver_callable(void)
+{
+    int st = cupool__state_now();
+    return CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) ||
+           (cupool__closer && !atomic_load_explicit(&cupool__hot.driver_gone, CUPOOL_RELAXED));
+}
+
+/* Marks a driver call in flight; NULL when the driver may not be called any more (exit,
+ * unload, fork, driver torn down). */
+static inline _Atomic uint32_t *cupool__drv_begin(void)
+{
+    struct cupool__thread *t = cupool__self;
+    _Atomic uint32_t *c;
+    if (CUPOOL_LIKELY(t != NULL)) {
+        c = &t->in_driver;
+        cupool__hs_enter(c);
+    } else {
+        c = &cupool__drv_anon;
+        atomic_fetch_add(c, 1);
+    }
+    if (CUPOOL_LIKELY(cupool__driver_callable()))
+        return c;
+    cupool__drv_end(c);
+    return NULL;
+}
+
+/* Evaluates a driver call under the guard, recording CUDA_ERROR_DEINITIALIZED (which moves
+ * the library to DEAD); returns CUDA_ERROR_DEINITIALIZED without calling when the driver may
+ * no longer be called. */
+#define CUPOOL_DRV(call)                                                                    \
+    __extension__({                                                                         \
+        _Atomic uint32_t *drv_guard_ = cupool__drv_begin();                                 \
+        CUresult drv_r_ = CUDA_ERROR_DEINITIALIZED;                                         \
+        if (drv_guard_) {                                                                   \
+            drv_r_ = cupool__driver_result(call);                                           \
+            cupool__drv_end(drv_guard_);                                                    \
+        }                                                                                   \
+        drv_r_;                                                                             \
+    })
+
+/* Waits (at most about a second) until no other thread has a driver call in flight. The
+ * caller has already moved the state out of RUNNING/PASSTHROUGH, so none can start. */
+void cupool__driver_quiesce(void);
 
 #ifdef CUPOOL_BUILDING_PRELOAD
 /* The preload exports the driver's stream and event names, so a driver whose

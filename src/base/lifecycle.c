@@ -15,6 +15,7 @@
 #include "base/driver.h"
 #include "base/error.h"
 #include "pool/pool.h"
+#include "base/sync.h"
 #include "base/alloc.h"
 
 #include <errno.h>
@@ -27,15 +28,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#if defined(SYS_membarrier) && __has_include(<linux/membarrier.h>)
-#include <linux/membarrier.h>
-#else
-#undef SYS_membarrier
-#endif
 
 struct cupool__hot cupool__hot = {.state = CUPOOL_ST_UNINIT, .mag_capacity = 16};
 
-static void process_flush_unload(void);
 
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static char init_message[CUPOOL_ERRMSG_MAX] = "not initialised";
@@ -106,7 +101,7 @@ static _Atomic bool process_exiting;
 static int leave_state(int next)
 {
     int prev = atomic_exchange(&cupool__hot.state, next);
-    cupool__pool_quiesce();
+    cupool__driver_quiesce();
     return prev;
 }
 
@@ -117,7 +112,7 @@ static void close_pools(int prev, bool all_threads)
 {
     if (prev != CUPOOL_ST_RUNNING && prev != CUPOOL_ST_PASSTHROUGH)
         return;
-    if (cupool__tl && atomic_load_explicit(&cupool__tl->in_driver, CUPOOL_RELAXED) != 0)
+    if (cupool__self && atomic_load_explicit(&cupool__self->in_driver, CUPOOL_RELAXED) != 0)
         return;
     cupool__closer = true;
     cupool__pool_close(all_threads);
@@ -186,7 +181,7 @@ __attribute__((destructor)) static void at_unload(void)
     cupool__pool_unload();
     cupool__alloc_release_all();
     cupool__driver_unload();
-    process_flush_unload();
+    cupool__sync_unload();
 }
 
 
@@ -200,98 +195,6 @@ void cupool__exit_marker_register(void)
     if (atomic_load_explicit(&registered, CUPOOL_RELAXED) || atomic_exchange(&registered, true))
         return;
     __cxa_atexit(at_exit_marker, NULL, &__dso_handle);
-}
-
-static int membarrier_cmd; /* 0: none available */
-bool cupool__membarrier_expedited;
-bool cupool__readers_fence_since_init;
-
-/* Chooses how the asymmetric handshakes pay for their ordering. Seccomp profiles and some
- * sandboxes deny membarrier(2) (EPERM or ENOSYS): readers then issue a full fence each, as in
- * userspace RCU's memory-barrier flavour, so that every grace period still completes and
- * replaced tables are freed. Before any reader runs: at the first initialisation. */
-void cupool__membarrier_register(void)
-{
-#ifdef SYS_membarrier
-    long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
-        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-        membarrier_cmd = MEMBARRIER_CMD_PRIVATE_EXPEDITED, cupool__membarrier_expedited = true;
-    else if (cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL) &&
-             syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) == 0)
-        membarrier_cmd = MEMBARRIER_CMD_GLOBAL;
-#endif
-    cupool__readers_fence_since_init = membarrier_cmd == 0;
-    atomic_store(&cupool__hot.sync_fence, cupool__readers_fence_since_init);
-    if (cupool__readers_fence_since_init)
-        cupool__log(CUPOOL_LOG_INFO, "membarrier(2) is unavailable: lock-free readers fence "
-                                     "themselves (a few ns more per release)");
-}
-
-/* A barrier on every thread of the process without membarrier(2): changing the protection of
- * a page of the process makes the kernel flush the TLBs of every CPU running one of its
- * threads, by an interrupt, which serialises each of them (the emulation .NET's runtime uses
- * for FlushProcessWriteBuffers where membarrier is missing). x86 only: elsewhere the flush
- * may be broadcast without interrupting the other CPUs. */
-#if defined(__x86_64__) || defined(__i386__)
-static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *flush_page;
-
-static bool process_flush(void)
-{
-    pthread_mutex_lock(&flush_lock);
-    if (!flush_page) {
-        void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        flush_page = p == MAP_FAILED ? NULL : p;
-    }
-    bool ok = false;
-    if (flush_page) {
-        *(volatile char *)flush_page = 1; /* mapped in: its protection change must be flushed */
-        ok = mprotect(flush_page, 4096, PROT_READ) == 0 &&
-             mprotect(flush_page, 4096, PROT_READ | PROT_WRITE) == 0;
-    }
-    pthread_mutex_unlock(&flush_lock);
-    return ok;
-}
-
-static void process_flush_unload(void)
-{
-    if (flush_page)
-        munmap(flush_page, 4096);
-    flush_page = NULL;
-}
-#else
-static bool process_flush(void)
-{
-    return false;
-}
-
-static void process_flush_unload(void)
-{
-}
-#endif
-
-bool cupool__membarrier(void)
-{
-    atomic_thread_fence(memory_order_seq_cst);
-#ifdef SYS_membarrier
-    static _Atomic bool denied; /* it worked at initialisation and fails now */
-    if (membarrier_cmd && !atomic_load_explicit(&denied, CUPOOL_RELAXED)) {
-        if (syscall(SYS_membarrier, membarrier_cmd, 0, 0) == 0)
-            return true;
-        /* a seccomp filter installed after initialisation: readers fence from now on; until
-         * each has (or where a process-wide flush works) grace periods wait */
-        if (!atomic_exchange(&denied, true)) {
-            cupool__membarrier_expedited = false;
-            atomic_store(&cupool__hot.sync_fence, true);
-            cupool__log(CUPOOL_LOG_INFO, "membarrier(2) failed after initialisation (%s): "
-                                         "lock-free readers fence themselves from now on",
-                        strerror(errno));
-        }
-    }
-#endif
-    return membarrier_cmd != 0 && process_flush();
 }
 
 /* Failures that another attempt cannot cure: no driver library, the stub, a library that is

@@ -58,23 +58,4 @@ static inline CUresult cupool__driver_result(CUresult result)
  * library's first use (first initialisation attempt, first thread cache). */
 void cupool__exit_marker_register(void);
 
-/* Registers for membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED); once, at initialisation. */
-void cupool__membarrier_register(void);
-/* A memory barrier on every thread of the process that is running now (membarrier(2), or its
- * global variant; where membarrier fails after initialisation, a process-wide TLB flush on
- * x86). Returns false where none is available: then only this thread's fence was issued. */
-bool cupool__membarrier(void);
-
-/* True when membarrier(2) was unavailable from initialisation on: every reader has fenced
- * since its first section. */
-extern bool cupool__readers_fence_since_init;
-
-/* Whether cupool__membarrier() is the expedited kind (microseconds), the condition for
- * asymmetric handshakes on a hot path. Set once at initialisation. */
-extern bool cupool__membarrier_expedited;
-static inline bool cupool__membarrier_ready(void)
-{
-    return cupool__membarrier_expedited;
-}
-
 #endif

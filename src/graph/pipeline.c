@@ -1908,7 +1908,7 @@ static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
 static inline _Atomic uint32_t *gate_count(void)
 {
     struct cupool__tcache *tc = cupool__tl;
-    return CUPOOL_LIKELY(tc != NULL) ? &tc->in_launch : &launch_anon;
+    return CUPOOL_LIKELY(tc != NULL) ? &tc->th.in_launch : &launch_anon;
 }
 
 static inline void gate_leave(_Atomic uint32_t *c)
@@ -1980,7 +1980,7 @@ static void launches_drain(void)
         cupool__membarrier();
     else
         atomic_thread_fence(memory_order_seq_cst);
-    if (!cupool__wait_threads(offsetof(struct cupool__tcache, in_launch), &launch_anon,
+    if (!cupool__wait_threads(offsetof(struct cupool__thread, in_launch), &launch_anon,
                               GATE_DRAIN_NS))
         atomic_fetch_add_explicit(&cupool__gate_timeouts, 1, CUPOOL_RELAXED);
 }
@@ -2615,7 +2615,7 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
     bool trusted = known == e && known_epoch == s->epoch;
     /* the entry and exec may be free structs now: touched only inside a read section, so
      * cupool_trim() returns free structs to the allocator only once no claim is inside one */
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     /* the hint may outlive its structs: cupool_trim() moves the epoch on before it frees any */
     struct gexec *c = s->exec;
     bool got = atomic_load_explicit(&cache_epoch.v, CUPOOL_RELAXED) == s->epoch && exec_own(c);
@@ -2631,7 +2631,7 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
         if (!got)
             exec_disown(c);
     }
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
     if (!got)
         return NULL;
     entry_touch(e);
@@ -3053,7 +3053,7 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&st_eager, CUPOOL_RELAXED);
     uint64_t fast = 0, updates = 0, nodes = 0, compared = 0; /* counted by each thread */
-    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc)) {
         fast += atomic_load_explicit(&tc->graph_hits, CUPOOL_RELAXED);
         updates += atomic_load_explicit(&tc->graph_updates, CUPOOL_RELAXED);
         nodes += atomic_load_explicit(&tc->graph_nodes_updated, CUPOOL_RELAXED);

@@ -29,15 +29,9 @@
 #include <string.h>
 #include <time.h>
 
-CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
-CUPOOL_TLS_IE bool cupool__closer;
-_Atomic uint32_t cupool__drv_anon;
-_Atomic uint32_t cupool__read_anon[2];
-CUPOOL_TLS_IE uint32_t cupool__read_anon_tl;
 
 static pthread_key_t tc_key;
 static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
-static _Atomic(struct cupool__tcache *) tc_list;
 
 /* The class table: index -> class struct (see struct cupool__class). class_lock serialises
  * creation, reuse and reclamation, and guards free_index; lookups read the table without it,
@@ -71,7 +65,7 @@ struct cupool__class *cupool__class_at(uint32_t index)
 
 struct cupool__tcache *cupool__tcaches(void)
 {
-    return atomic_load_explicit(&tc_list, CUPOOL_ACQUIRE);
+    return (struct cupool__tcache *)cupool__threads();
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -145,7 +139,7 @@ static void slot_flush(struct cupool__class *cls, struct cupool__slot *s)
 
 static void tcache_flush(struct cupool__tcache *tc)
 {
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     uint32_t n = cupool__class_limit();
     for (uint32_t i = 0; i < n; i++) {
         struct cupool__slot *s = slot_of(tc, i);
@@ -153,7 +147,7 @@ static void tcache_flush(struct cupool__tcache *tc)
         if (s && cls)
             slot_flush(cls, s);
     }
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
 }
 
 static inline bool class_retired(const struct cupool__class *c)
@@ -171,7 +165,7 @@ static void tcache_sweep_retired(struct cupool__tcache *tc)
     if (CUPOOL_LIKELY(tc->retired_seen == now))
         return;
     tc->retired_seen = now;
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     uint32_t n = cupool__class_limit();
     for (uint32_t i = 0; i < n; i++) {
         struct cupool__class *cls = cupool__class_at(i);
@@ -179,7 +173,7 @@ static void tcache_sweep_retired(struct cupool__tcache *tc)
         if (s && (s->loaded || s->previous) && class_retired(cls))
             slot_flush(cls, s);
     }
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
 }
 
 /* pthread key destructor: the exiting thread's cached handles go to the depot, without any
@@ -189,8 +183,8 @@ static void tcache_exit(void *arg)
     struct cupool__tcache *tc = arg;
     if (cupool__state_now() != CUPOOL_ST_FORKED)
         tcache_flush(tc);
-    cupool__tl = NULL;
-    atomic_store_explicit(&tc->active, 0, CUPOOL_RELEASE);
+    cupool__self = NULL;
+    atomic_store_explicit(&tc->th.active, 0, CUPOOL_RELEASE);
 }
 
 static void tc_key_create(void)
@@ -207,26 +201,16 @@ struct cupool__tcache *cupool__tcache_self(void)
         return tc;
     pthread_once(&tc_once, tc_key_create);
     cupool__exit_marker_register();
-    for (tc = atomic_load_explicit(&tc_list, CUPOOL_ACQUIRE); tc; tc = tc->next) {
-        int idle = 0;
-        if (atomic_load_explicit(&tc->active, CUPOOL_RELAXED) == 0 &&
-            atomic_compare_exchange_strong_explicit(&tc->active, &idle, 1, CUPOOL_ACQUIRE,
-                                                    CUPOOL_RELAXED))
-            break;
-    }
+    tc = (struct cupool__tcache *)cupool__thread_adopt();
     if (!tc) {
         tc = cupool__alloc(sizeof(*tc));
         if (!tc)
             return NULL;
-        atomic_store_explicit(&tc->active, 1, CUPOOL_RELAXED);
-        struct cupool__tcache *head = atomic_load_explicit(&tc_list, CUPOOL_RELAXED);
-        do
-            tc->next = head;
-        while (!atomic_compare_exchange_weak_explicit(&tc_list, &head, tc, CUPOOL_RELEASE,
-                                                      CUPOOL_RELAXED));
+        atomic_store_explicit(&tc->th.active, 1, CUPOOL_RELAXED);
+        cupool__thread_push(&tc->th);
     }
     pthread_setspecific(tc_key, tc);
-    cupool__tl = tc;
+    cupool__self = &tc->th;
     return tc;
 }
 
@@ -940,24 +924,24 @@ uint64_t cupool__pools_maintain(void)
     struct cupool__tcache *tc = cupool__tl;
     bool more = false, failed = false, reserves = false;
     uint64_t now = decay_now(), next_due = UINT64_MAX;
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     uint32_t n = cupool__class_limit();
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
     for (uint32_t i = 0; i < n && cupool__maint_enabled(); i++) {
-        cupool__read_enter(tc);
+        cupool__read_enter(cupool__th(tc));
         struct cupool__class *c = cupool__class_at(i);
         if (!c || !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE)) {
-            cupool__read_leave(tc);
+            cupool__read_leave(cupool__th(tc));
             continue;
         }
-        cupool__read_leave(tc);
+        cupool__read_leave(cupool__th(tc));
         /* one unit of work per class under the unit lock (cupool_context_release waits for
          * it), then the class is looked at again: it may have been released meanwhile */
         pthread_mutex_lock(&cupool__maint_unit);
-        cupool__read_enter(tc);
+        cupool__read_enter(cupool__th(tc));
         c = cupool__class_at(i);
         if (!c || !atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE)) {
-            cupool__read_leave(tc);
+            cupool__read_leave(cupool__th(tc));
             pthread_mutex_unlock(&cupool__maint_unit);
             continue;
         }
@@ -991,7 +975,7 @@ uint64_t cupool__pools_maintain(void)
         reserves |= rsv != 0 && atomic_load_explicit(&c->depot_idle, CUPOOL_RELAXED) < (int64_t)rsv;
         uint64_t due = atomic_load_explicit(&c->next_tick_ns, CUPOOL_RELAXED);
         next_due = due < next_due ? due : next_due;
-        cupool__read_leave(tc);
+        cupool__read_leave(cupool__th(tc));
         pthread_mutex_unlock(&cupool__maint_unit);
     }
     if (more)
@@ -1254,17 +1238,17 @@ static bool classes_reclaim_outside(void)
 {
     classes_check_contexts();
     struct cupool__tcache *tc = cupool__tl;
-    uint32_t depth = tc ? atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST : 0;
+    uint32_t depth = tc ? atomic_load_explicit(&tc->th.in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST : 0;
     uint32_t anon = cupool__read_anon_tl & CUPOOL_RD_NEST;
     for (uint32_t i = 0; i < depth; i++)
-        cupool__read_leave(tc);
+        cupool__read_leave(cupool__th(tc));
     for (uint32_t i = 0; i < anon; i++)
         cupool__read_leave(NULL);
     bool any = classes_reclaim(10000000u) > 0;
     for (uint32_t i = 0; i < anon; i++)
         cupool__read_enter(NULL);
     for (uint32_t i = 0; i < depth; i++)
-        cupool__read_enter(tc);
+        cupool__read_enter(cupool__th(tc));
     return any;
 }
 
@@ -1328,7 +1312,7 @@ void cupool__reclaim_deferred(void)
 static void slot_totals(uint32_t i, uint64_t *acquires, uint64_t *releases)
 {
     *acquires = *releases = 0;
-    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc)) {
         const struct cupool__slot *s = cupool__slot_peek(tc, i);
         if (s) {
             *acquires += atomic_load_explicit(&s->acquires, CUPOOL_RELAXED);
@@ -1967,7 +1951,7 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
                                                                void **out)
 {
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
+    cupool__read_enter(cupool__th(rtc));
     struct cupool__class *cls = NULL;
     CUresult r = class_get(ops, NULL, id, flags, priority, &cls);
     if (r == CUDA_SUCCESS) {
@@ -1985,7 +1969,7 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
         }
         r = acquire_from(cls, true, out);
     }
-    cupool__read_leave(rtc);
+    cupool__read_leave(cupool__th(rtc));
     return r;
 }
 
@@ -2017,15 +2001,15 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
             if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING) &&
                 slot_hit(tc, e->index, kind_gen((uint32_t)ops->kind, (uint32_t)e->gen), out))
                 return CUDA_SUCCESS;
-            cupool__read_enter(tc);
+            cupool__read_enter(cupool__th(tc));
             /* the struct may have been reclaimed and reused for another class since */
             if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {
                 r = acquire_general(e->cls, true, out); /* the hit above failed */
-                cupool__read_leave(tc);
+                cupool__read_leave(cupool__th(tc));
                 if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
                     return r;
             } else {
-                cupool__read_leave(tc);
+                cupool__read_leave(cupool__th(tc));
             }
             /* The cached class was retired (or reused), yet the current context answers with
              * its id: look the class up afresh. */
@@ -2168,7 +2152,7 @@ static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, uns
         return cupool__fail(r, ctx ? "cuCtxGetId(%p) failed" : "no usable current context (%p)",
                             (void *)ctx);
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
+    cupool__read_enter(cupool__th(rtc));
     struct cupool__class *cls = NULL;
     r = class_get(ops, ctx, id, flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES, priority, &cls);
     if (r == CUDA_SUCCESS && CUPOOL_UNLIKELY(cupool__pool_get_hook != NULL))
@@ -2179,7 +2163,7 @@ static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, uns
                          "the context (id %llu) was destroyed or reset while its %s pool was "
                          "made",
                          id, ops->name);
-    cupool__read_leave(rtc);
+    cupool__read_leave(cupool__th(rtc));
     return r;
 }
 
@@ -2263,7 +2247,7 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
                                                           void **out, bool tried)
 {
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
+    cupool__read_enter(cupool__th(rtc));
     bool promised = false;
     CUresult why, r;
     struct cupool__class *cls = pool_class(pool, ops, &promised, &why);
@@ -2275,7 +2259,7 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
         ;
     else
         r = tried ? acquire_general(cls, false, out) : acquire_from(cls, false, out);
-    cupool__read_leave(rtc);
+    cupool__read_leave(cupool__th(rtc));
     return r;
 }
 
@@ -2406,11 +2390,11 @@ static inline CUresult pool_release(const void *pool, const struct cupool__class
                                     void *h, uint32_t idle_state)
 {
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
+    cupool__read_enter(cupool__th(rtc));
     bool promised;
     CUresult why;
     struct cupool__class *cls = pool_class(pool, ops, &promised, &why);
-    cupool__read_leave(rtc);
+    cupool__read_leave(cupool__th(rtc));
     if (CUPOOL_UNLIKELY(!cls))
         return why == CUDA_ERROR_CONTEXT_IS_DESTROYED
                    ? cupool__fail(CUDA_ERROR_INVALID_HANDLE,
@@ -2511,7 +2495,7 @@ static CUresult trim_classes(struct cupool__tcache *tc, CUcontext only, unsigned
     CUresult first = CUDA_SUCCESS;
     uint32_t n = cupool__class_limit();
     for (uint32_t i = 0; i < n; i++) {
-        cupool__read_enter(tc);
+        cupool__read_enter(cupool__th(tc));
         struct cupool__class *c = cupool__class_at(i);
         bool mine = c && (only ? atomic_load_explicit(&c->alive, CUPOOL_ACQUIRE) && c->ctx == only &&
                                      (!id_known || c->ctx_id == only_id)
@@ -2523,7 +2507,7 @@ static CUresult trim_classes(struct cupool__tcache *tc, CUcontext only, unsigned
             if (only)
                 class_mark_dead(c); /* what other threads still cache is forgotten, no call */
         }
-        cupool__read_leave(tc);
+        cupool__read_leave(cupool__th(tc));
     }
     return first;
 }
@@ -2565,115 +2549,6 @@ CUresult cupool_context_release(CUcontext ctx)
 /* Exit and unload                                                                          */
 /* ---------------------------------------------------------------------------------------- */
 
-uint64_t cupool__monotonic_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* The pause after a look that found a thread still inside: the first 64 spin (the sections
- * waited for are usually microseconds), later ones sleep 20 us. False once past deadline. */
-static bool look_again(unsigned looks, uint64_t deadline)
-{
-    if (looks < 64)
-        return true;
-    if (cupool__monotonic_ns() > deadline)
-        return false;
-    struct timespec ts = {0, 20000};
-    nanosleep(&ts, NULL);
-    return true;
-}
-
-static bool wait_zero(_Atomic uint32_t *c, uint64_t deadline)
-{
-    for (unsigned looks = 0; atomic_load_explicit(c, CUPOOL_ACQUIRE) != 0; looks++)
-        if (!look_again(looks, deadline))
-            return false;
-    return true;
-}
-
-bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout_ns)
-{
-    uint64_t deadline = cupool__monotonic_ns() + timeout_ns;
-    struct cupool__tcache *self = cupool__tl;
-    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
-        if (tc != self && !wait_zero((_Atomic uint32_t *)((char *)tc + field), deadline))
-            return false;
-    return wait_zero(anon, deadline);
-}
-
-_Atomic uint64_t cupool__gp_timeouts;
-static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER; /* one grace period at a time */
-
-/* Waits until every other thread is outside any read section or inside one begun in the
- * current phase, and no thread without a cache is inside one: up to deadline. */
-static bool wait_readers(uint64_t deadline)
-{
-    uint32_t phase = atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_RELAXED);
-    struct cupool__tcache *self = cupool__tl;
-    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
-        if (tc == self)
-            continue;
-        for (unsigned looks = 0;; looks++) {
-            uint32_t v = atomic_load_explicit(&tc->in_read, CUPOOL_ACQUIRE);
-            if (!(v & CUPOOL_RD_NEST) || (v & CUPOOL_RD_PHASE) == phase)
-                break;
-            if (!look_again(looks, deadline))
-                return false;
-        }
-    }
-    /* readers without a cache: those counted in the phase that is not the current one */
-    return wait_zero(&cupool__read_anon[CUPOOL_RD_IDX(phase ^ CUPOOL_RD_PHASE)], deadline);
-}
-
-/* Without a barrier on other threads (membarrier(2) failed after initialisation and no flush
- * works), a grace period needs every live thread to have switched to fencing sections. */
-static bool readers_all_fenced(void)
-{
-    struct cupool__tcache *self = cupool__tl;
-    for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
-        if (tc != self && atomic_load_explicit(&tc->active, CUPOOL_ACQUIRE) &&
-            !atomic_load_explicit(&tc->read_fenced, CUPOOL_ACQUIRE))
-            return false;
-    return true;
-}
-
-bool cupool__synchronize(uint64_t timeout_ns)
-{
-    if (cupool__read_inside())
-        return false; /* never inside a read section: see pool.h */
-    /* with readers that fence themselves, this thread's own fence completes the handshake */
-    if (!cupool__membarrier() &&
-        (!atomic_load(&cupool__hot.sync_fence) ||
-         (!cupool__readers_fence_since_init && !readers_all_fenced())))
-        return false;
-    uint64_t deadline = cupool__monotonic_ns() + timeout_ns;
-    pthread_mutex_lock(&gp_lock);
-    /* sections begun in the phase before the current one end; then the phase flips and the
-     * sections of the one that was current end too (urcu's two-phase wait: a reader that read
-     * the phase just before a flip is caught by the second wait) */
-    bool ok = wait_readers(deadline);
-    if (ok) {
-        atomic_thread_fence(memory_order_seq_cst);
-        atomic_store(&cupool__hot.gp_phase,
-                     atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_RELAXED) ^ CUPOOL_RD_PHASE);
-        atomic_thread_fence(memory_order_seq_cst);
-        ok = wait_readers(deadline);
-    }
-    pthread_mutex_unlock(&gp_lock);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (!ok)
-        atomic_fetch_add_explicit(&cupool__gp_timeouts, 1, CUPOOL_RELAXED);
-    return ok;
-}
-
-void cupool__pool_quiesce(void)
-{
-    cupool__membarrier();
-    cupool__wait_threads(offsetof(struct cupool__tcache, in_driver), &cupool__drv_anon,
-                         1000000000u);
-}
 
 /* Destroys every idle handle of a class: its retire stack and its whole depot. */
 static void close_class(struct cupool__class *cls)
@@ -2696,13 +2571,13 @@ static void close_class(struct cupool__class *cls)
 void cupool__pool_close(bool all_threads)
 {
     if (all_threads) {
-        for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next)
+        for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc))
             tcache_flush(tc);
     } else if (cupool__tl) {
         tcache_flush(cupool__tl);
     }
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
+    cupool__read_enter(cupool__th(rtc));
     uint32_t n = cupool__class_limit();
     for (uint32_t i = 0; i < n; i++) {
         /* handles over the cap went to the retire stack: the whole depot goes either way */
@@ -2710,7 +2585,7 @@ void cupool__pool_close(bool all_threads)
         if (c && cupool__class_walkable(c))
             close_class(c);
     }
-    cupool__read_leave(rtc);
+    cupool__read_leave(cupool__th(rtc));
     cupool__graph_cache_close(all_threads);
 }
 
@@ -2722,9 +2597,9 @@ CUresult cupool_trim(void)
         return r;
     /* contexts destroyed since (cuCtxDestroy) retire their classes here, so that the pass
      * below forgets their idle handles and the reclamation frees their indexes */
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     classes_check_contexts();
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
     CUresult first = trim_classes(tc, NULL, 0, false);
     atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
     cupool__registry_reclaim(10000000u);

@@ -10,6 +10,9 @@
 #include "pool/magazine.h"
 #include "pool/registry.h"
 #include "base/lifecycle.h"
+#include "base/sync.h"
+#include "base/thread.h"
+#include "base/driver.h"
 
 #define CUPOOL_CLASS_MAGIC 0x63706f6cu /* "cpol": checks explicit pool arguments */
 
@@ -162,6 +165,8 @@ struct cupool__ghints;
 /* Per-thread state. Type-stable: kept on a global list and reused by later threads, so the
  * statistics reader can always walk it. */
 struct cupool__tcache {
+    struct cupool__thread th; /* the base layer's part (base/thread.h): first, so the record
+                                 and the cache are one pointer */
     struct cupool__slot slots0[CUPOOL_SLOTS_PER_CHUNK]; /* classes 0..63: one load less */
     _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS]; /* [0] unused */
     struct cupool__cc_entry cc[2][CUPOOL_CC_SETS][CUPOOL_CC_WAYS]; /* [cupool_kind_t] */
@@ -174,187 +179,28 @@ struct cupool__tcache {
      * for the clamp when the context is the same. A context id is never reused. */
     unsigned long long prio_ctx_id;
     int prio_least, prio_greatest;
-    struct cupool__tcache *next;
-    _Atomic int active;
     /* cupool__classes_retired when this thread last moved the handles of retired classes
      * out of its magazines (so that those classes can be reclaimed) */
     uint64_t retired_seen;
-    /* Driver calls this thread has in flight (cupool__drv_begin): written by its thread with a
-     * plain store, read by cupool__pool_quiesce() at exit and unload. */
-    _Atomic uint32_t in_driver;
-    /* This thread's read sections (cupool__read_enter): the nesting count in the low bits and,
-     * in CUPOOL_RD_PHASE, the grace-period phase its outermost section began in. Written by
-     * its thread with a plain store; read by cupool__synchronize(). */
-    _Atomic uint32_t in_read;
-    /* 1 once this thread has entered a read section with a full fence (cupool__hot.sync_fence),
-     * which a grace period needs to know after membarrier(2) stopped working */
-    _Atomic uint32_t read_fenced;
-    /* 1 while this thread is inside a gated section of graph driver calls (pipeline.c: the
-     * instantiation gate), written by its thread with a plain store. */
-    _Atomic uint32_t in_launch;
     struct cupool__ghints *ghints;
     _Atomic uint64_t graph_hits; /* graph-cache hits claimed through ghints, without the lock */
     _Atomic uint64_t graph_updates, graph_nodes_updated; /* this thread's exec updates */
     _Atomic uint64_t graph_compared; /* node parameters its launches compared with an exec's */
 };
 
-extern CUPOOL_TLS_IE struct cupool__tcache *cupool__tl;
-
-/* ---- Driver-call guard ----
- * Every driver call cupool makes is bracketed by cupool__drv_begin()/_end() (CUPOOL_DRV), so
- * that once the process starts exiting (or the library is unloaded) no new call starts and
- * the ones in flight are waited for before the driver's own exit handlers run. The calling
- * side costs a plain store, a compiler barrier and a load; the exiting side pays for the
- * ordering with membarrier(2) (an asymmetric Dekker handshake, as in userspace RCU). */
-extern _Atomic uint32_t cupool__drv_anon;     /* calls in flight on threads without a cache */
-extern CUPOOL_TLS_IE bool cupool__closer;     /* this thread is closing the library */
-
-static inline void cupool__drv_end(_Atomic uint32_t *c)
+_Static_assert(offsetof(struct cupool__tcache, th) == 0, "a thread's record is its cache");
+/* The calling thread's cache (its record, base/thread.h), NULL before its first use. */
+#define cupool__tl ((struct cupool__tcache *)cupool__self)
+/* The base layer's record of a cache (NULL for NULL). */
+static inline struct cupool__thread *cupool__th(struct cupool__tcache *tc)
 {
-    if (CUPOOL_UNLIKELY(c == &cupool__drv_anon))
-        atomic_fetch_sub(c, 1);
-    else
-        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
+    return (struct cupool__thread *)tc;
 }
-
-/* May this thread call the driver now? In RUNNING or PASSTHROUGH, or as the thread closing
- * the library while the driver has not said it is gone. */
-static inline bool cupool__driver_callable(void)
+/* The next cache on the list (cupool__tcaches). */
+static inline struct cupool__tcache *cupool__tc_next(const struct cupool__tcache *tc)
 {
-    int st = cupool__state_now();
-    return CUPOOL_LIKELY(st == CUPOOL_ST_RUNNING || st == CUPOOL_ST_PASSTHROUGH) ||
-           (cupool__closer && !atomic_load_explicit(&cupool__hot.driver_gone, CUPOOL_RELAXED));
+    return (struct cupool__tcache *)tc->th.next;
 }
-
-/* The reader's half of every asymmetric handshake: a plain store, then a compiler barrier
- * (membarrier(2) supplies the CPU side) or, without membarrier, a full fence. */
-static inline void cupool__reader_fence(void)
-{
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED)))
-        atomic_thread_fence(memory_order_seq_cst);
-    else
-        atomic_signal_fence(memory_order_seq_cst);
-}
-
-/* Marks a driver call in flight; NULL when the driver may not be called any more (exit,
- * unload, fork, driver torn down). */
-static inline _Atomic uint32_t *cupool__drv_begin(void)
-{
-    struct cupool__tcache *tc = cupool__tl;
-    _Atomic uint32_t *c;
-    if (CUPOOL_LIKELY(tc != NULL)) {
-        c = &tc->in_driver;
-        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
-        cupool__reader_fence();
-    } else {
-        c = &cupool__drv_anon;
-        atomic_fetch_add(c, 1);
-    }
-    if (CUPOOL_LIKELY(cupool__driver_callable()))
-        return c;
-    cupool__drv_end(c);
-    return NULL;
-}
-
-/* Evaluates a driver call under the guard, recording CUDA_ERROR_DEINITIALIZED (which moves
- * the library to DEAD); returns CUDA_ERROR_DEINITIALIZED without calling when the driver may
- * no longer be called. */
-#define CUPOOL_DRV(call)                                                                    \
-    __extension__({                                                                         \
-        _Atomic uint32_t *drv_guard_ = cupool__drv_begin();                                 \
-        CUresult drv_r_ = CUDA_ERROR_DEINITIALIZED;                                         \
-        if (drv_guard_) {                                                                   \
-            drv_r_ = cupool__driver_result(call);                                           \
-            cupool__drv_end(drv_guard_);                                                    \
-        }                                                                                   \
-        drv_r_;                                                                             \
-    })
-
-/* ---- Read sections: the one reclamation handshake ----
- *
- * Lock-free readers (registry lookups, the graph cache's lock-free claim, explicit pools and
- * class lookups) run inside a read section; an updater that unpublished something (a
- * replaced registry table, a freed graph-cache struct, a retired class) reclaims it only
- * after cupool__synchronize() has seen every section that might have read it end. This is
- * userspace RCU's scheme, its membarrier flavour, with urcu's two-phase grace period.
- * Contract:
- *  - Reader: cupool__read_enter() / cupool__read_leave(), nestable, wait-free. The outermost
- *    enter stores the current grace-period phase with a nesting count of 1 (a plain store),
- *    inner ones add 1; then a compiler barrier (membarrier(2) on the updater's side supplies
- *    the CPU barrier) or, where membarrier is unavailable (cupool__hot.sync_fence), a full fence.
- *    A thread without a cache keeps its nesting and phase in a thread-local word
- *    (cupool__read_anon_tl) and counts its outermost section in the shared counter of that
- *    phase (cupool__read_anon[phase], an atomic add, a full barrier): so it is waited for in
- *    two phases too, and overlapping anonymous readers never hold a grace period up. A section
- *    must not wait for a lock an updater may hold while it synchronizes (none does: updaters
- *    drop their locks first, and only synchronizers take cupool__gp's lock).
- *  - Updater: unpublish (a store the reader would load), then cupool__synchronize(): a
- *    barrier on every running thread, then, under the grace-period lock, a wait for every
- *    thread to be outside any section or inside one begun in the current phase; a flip of the
- *    phase; the same wait again; a last barrier. A thread that keeps entering sections does not
- *    hold a grace period up: its next section begins in the new phase. Returns false after
- *    timeout_ns (a section held up, or no barrier available): the updater keeps what it wanted
- *    to free for a later try.
- *  - Ordering: whatever a reader loaded inside a section that began before the unpublishing
- *    store is no longer referenced once cupool__synchronize() returned true.
- *  Must not be called by a thread that, in a section of its own, still holds a pointer to what
- *  is reclaimed (its own sections are not waited for). */
-#define CUPOOL_RD_PHASE 0x80000000u
-#define CUPOOL_RD_NEST (CUPOOL_RD_PHASE - 1)
-extern _Atomic uint32_t cupool__read_anon[2]; /* readers without a thread cache, by phase */
-/* This thread's sections without a cache: phase | nesting, as tc->in_read. */
-extern CUPOOL_TLS_IE uint32_t cupool__read_anon_tl;
-#define CUPOOL_RD_IDX(v) ((v) >> 31) /* the phase bit as an index into cupool__read_anon */
-
-static inline void cupool__read_enter(struct cupool__tcache *tc)
-{
-    if (CUPOOL_LIKELY(tc != NULL)) {
-        uint32_t v = atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED);
-        v = (v & CUPOOL_RD_NEST) ? v + 1
-                                 : (atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1);
-        atomic_store_explicit(&tc->in_read, v, CUPOOL_RELAXED);
-        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED))) {
-            if (!atomic_load_explicit(&tc->read_fenced, CUPOOL_RELAXED))
-                atomic_store_explicit(&tc->read_fenced, 1, CUPOOL_RELAXED);
-            atomic_thread_fence(memory_order_seq_cst);
-        } else {
-            atomic_signal_fence(memory_order_seq_cst);
-        }
-    } else {
-        uint32_t v = cupool__read_anon_tl;
-        if (v & CUPOOL_RD_NEST) {
-            cupool__read_anon_tl = v + 1;
-        } else {
-            v = atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1;
-            cupool__read_anon_tl = v;
-            atomic_fetch_add(&cupool__read_anon[CUPOOL_RD_IDX(v)], 1);
-        }
-    }
-}
-
-static inline void cupool__read_leave(struct cupool__tcache *tc)
-{
-    if (CUPOOL_LIKELY(tc != NULL))
-        atomic_store_explicit(&tc->in_read, atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) - 1,
-                              CUPOOL_RELEASE);
-    else if (!(--cupool__read_anon_tl & CUPOOL_RD_NEST))
-        atomic_fetch_sub(&cupool__read_anon[CUPOOL_RD_IDX(cupool__read_anon_tl)], 1);
-}
-
-/* True if the calling thread is inside a read section (with or without its cache). */
-static inline bool cupool__read_inside(void)
-{
-    struct cupool__tcache *tc = cupool__tl;
-    return (cupool__read_anon_tl & CUPOOL_RD_NEST) ||
-           (tc && (atomic_load_explicit(&tc->in_read, CUPOOL_RELAXED) & CUPOOL_RD_NEST));
-}
-
-/* The updater's half (above). Returns false at once when the calling thread is inside a read
- * section of its own: two threads each waiting, inside a section, for the other's section
- * to end would only meet at their timeouts. */
-bool cupool__synchronize(uint64_t timeout_ns);
-/* Grace periods that waited timeout_ns without seeing every section end (count; for tests). */
-extern _Atomic uint64_t cupool__gp_timeouts;
 
 /* Reclamation that a read section asked for (a replaced registry table, classes retired past
  * the threshold) runs after the section, never inside one: set by the section, checked by
@@ -369,25 +215,15 @@ static inline void cupool__reclaim_if_due(void)
 /* A registry lookup inside a read section of its own. */
 static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc, const void *h)
 {
-    cupool__read_enter(tc);
+    cupool__read_enter(cupool__th(tc));
     struct cupool__handle *rec = cupool__registry_lookup(h);
-    cupool__read_leave(tc);
+    cupool__read_leave(cupool__th(tc));
     return rec;
 }
 
 
-/* The monotonic clock, in ns. */
-uint64_t cupool__monotonic_ns(void);
 
-/* Waits until, in every other thread's cache, the counter at offset `field` (a
- * _Atomic uint32_t) is zero, and *anon too (threads without a cache): up to timeout_ns (false
- * then). The caller has made the counters' writers visible first (membarrier(2) or a fence):
- * the asymmetric handshakes of the registry, the driver guard and the instantiation gate. */
-bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout_ns);
 
-/* Waits (at most about a second) until no other thread has a driver call in flight. The
- * caller has already moved the state out of RUNNING/PASSTHROUGH, so none can start. */
-void cupool__pool_quiesce(void);
 
 /* Destroys idle handles while the driver still answers (the caller is the closer): those of
  * every thread when `all_threads` (unload: no thread may be inside the library), else the

@@ -18,7 +18,7 @@
 static void class_stats(const struct cupool__class *c, cupool_class_stats_t *out)
 {
     uint64_t acquires = 0, releases = 0;
-    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = tc->next) {
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc)) {
         const struct cupool__slot *s = cupool__slot_peek(tc, c->index);
         if (!s)
             continue;
@@ -55,7 +55,7 @@ CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *
         return CUDA_ERROR_INVALID_VALUE;
     size_t n = 0;
     struct cupool__tcache *rtc = cupool__tl;
-    cupool__read_enter(rtc);
+    cupool__read_enter(cupool__th(rtc));
     uint32_t limit = cupool__class_limit();
     for (uint32_t i = 0; i < limit; i++) {
         const struct cupool__class *c = cupool__class_at(i);
@@ -65,7 +65,7 @@ CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *
             class_stats(c, &stats[n]);
         n++;
     }
-    cupool__read_leave(rtc);
+    cupool__read_leave(cupool__th(rtc));
     *count = n;
     return CUDA_SUCCESS;
 }
@@ -90,13 +90,13 @@ CUresult cupool_stats_print(FILE *out)
     for (uint32_t i = 0; i < limit; i++) {
         /* a snapshot inside a read section, the writing outside it: a stream that blocks (a
          * pipe nobody reads) never holds a grace period up */
-        cupool__read_enter(rtc);
+        cupool__read_enter(cupool__th(rtc));
         const struct cupool__class *c = cupool__class_at(i);
         bool listed = c && cupool__class_walkable(c);
         cupool_class_stats_t s;
         if (listed)
             class_stats(c, &s);
-        cupool__read_leave(rtc);
+        cupool__read_leave(cupool__th(rtc));
         if (!listed)
             continue;
         n++;
