@@ -19,7 +19,7 @@
 
 #include "testutil.h"
 #include "maint_threads.h"
-#include "base/maint.h" /* cupool__decay_clock, cupool__maint_flush: the test drives the clock */
+#include "pool/maint.h" /* cupool__decay_clock, cupool__maint_flush: the test drives the clock */
 #include "pool/pool.h"
 
 #define FLUSH_NS (10ull * 1000000000ull)

@@ -4,6 +4,7 @@
 #include "base/driver.h"
 #include "base/error.h"
 #include "base/sync.h"
+#include "base/layer.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -102,9 +103,8 @@ CUresult cupool__driver_load(const char *path, char *msg, size_t msglen)
         cupool__drv.name = NULL;
     CUPOOL_DRIVER_OPTIONAL(X)
 #undef X
-#ifdef CUPOOL_BUILDING_PRELOAD
-    cupool__preload_own_entries(h);
-#endif
+    if (cupool__driver_hooks.own_entries)
+        cupool__driver_hooks.own_entries(h);
     msg[0] = '\0';
     r = cupool__drv.cuDriverGetVersion(&cupool__drv.version);
     if (r != CUDA_SUCCESS) {

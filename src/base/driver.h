@@ -196,14 +196,5 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
  * caller has already moved the state out of RUNNING/PASSTHROUGH, so none can start. */
 void cupool__driver_quiesce(void);
 
-#ifdef CUPOOL_BUILDING_PRELOAD
-/* The preload exports the driver's stream and event names, so a driver whose
- * cuGetProcAddress hands out addresses bound through its symbol table (interposable) may hand
- * cupool the preload's own functions: they are replaced by the driver library's definitions
- * (src/dropin/preload.c). */
-void cupool__preload_own_entries(void *driver_handle);
-/* The file of the driver the program looked cuGetProcAddress up in, or NULL. */
-const char *cupool__preload_driver_hint(void);
-#endif
 
 #endif

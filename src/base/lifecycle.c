@@ -10,11 +10,10 @@
  */
 #include "base/internal.h"
 #include "base/lifecycle.h"
-#include "base/maint.h"
 #include "base/config.h"
 #include "base/driver.h"
 #include "base/error.h"
-#include "pool/pool.h"
+#include "base/layer.h"
 #include "base/sync.h"
 #include "base/alloc.h"
 
@@ -67,7 +66,7 @@ static void print_stats_at_exit(void)
     int mode = cupool__cfg.stats_mode;
     if (mode == CUPOOL_STATS_STDERR || mode == CUPOOL_STATS_STDOUT) {
         FILE *out = mode == CUPOOL_STATS_STDERR ? stderr : stdout;
-        cupool_stats_print(out);
+        cupool__layers_report(out);
         fflush(out);
         return;
     }
@@ -76,7 +75,7 @@ static void print_stats_at_exit(void)
     FILE *f = stats_file_open(cupool__cfg.stats_path);
     if (!f)
         return;
-    cupool_stats_print(f);
+    cupool__layers_report(f);
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed)
         cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: writing %s failed: %s", cupool__cfg.stats_path,
@@ -105,7 +104,7 @@ static int leave_state(int next)
     return prev;
 }
 
-/* Destroys idle handles while the driver still answers; see cupool__pool_close(). Not when
+/* Destroys idle handles while the driver still answers (the layers' close hooks). Not when
  * this thread was interrupted inside a driver call of its own (exit() from a signal handler):
  * the driver may hold a lock the call needs. */
 static void close_pools(int prev, bool all_threads)
@@ -115,7 +114,7 @@ static void close_pools(int prev, bool all_threads)
     if (cupool__self && atomic_load_explicit(&cupool__self->in_driver, CUPOOL_RELAXED) != 0)
         return;
     cupool__closer = true;
-    cupool__pool_close(all_threads);
+    cupool__layers_close(all_threads);
     cupool__closer = false;
 }
 
@@ -132,7 +131,7 @@ static void exit_transition(bool may_destroy)
     if (st == CUPOOL_ST_FORKED || st == CUPOOL_ST_UNLOADED || st == CUPOOL_ST_EXITING)
         return;
     int prev = leave_state(CUPOOL_ST_EXITING);
-    cupool__maint_stop(false); /* not joined: it calls the driver no more, and the process ends */
+    cupool__layers_stop(false); /* not joined: it calls the driver no more, and the process ends */
     if (may_destroy && cupool__cfg.destroy_on_exit)
         close_pools(prev, false);
     if (prev != CUPOOL_ST_UNINIT)
@@ -170,15 +169,15 @@ __attribute__((destructor)) static void at_unload(void)
 {
     if (atomic_load(&process_exiting) || cupool__state_now() == CUPOOL_ST_FORKED) {
         atomic_store(&cupool__hot.state, CUPOOL_ST_UNLOADED);
-        cupool__pool_unload();
+        cupool__layers_unload();
         return;
     }
     int prev = leave_state(CUPOOL_ST_UNLOADED);
-    cupool__maint_stop(true); /* joined: its code and memory are about to go */
+    cupool__layers_stop(true); /* joined: its code and memory are about to go */
     close_pools(prev, true);
     if (prev != CUPOOL_ST_UNINIT)
         print_stats_at_exit();
-    cupool__pool_unload();
+    cupool__layers_unload();
     cupool__alloc_release_all();
     cupool__driver_unload();
     cupool__sync_unload();
@@ -251,7 +250,7 @@ static void at_fork_child(void)
      * parent that never tried to initialise leaves the child free to start afresh. */
     if (cupool__state_now() != CUPOOL_ST_UNINIT || atomic_load(&init_entering) != 0) {
         atomic_store(&cupool__hot.state, CUPOOL_ST_FORKED);
-        cupool__maint_forget(); /* the thread does not exist here */
+        cupool__layers_forked(); /* the maintenance thread does not exist here */
     }
 }
 
@@ -290,16 +289,14 @@ static void init_attempt(void)
     if (!configured) {
         configured = true;
         cupool__config_load();
-        cupool__pool_init();
+        cupool__layers_init();
         cupool__membarrier_register();
     }
     const char *path = cupool__cfg.driver_path;
-#ifdef CUPOOL_BUILDING_PRELOAD
     /* the preload, with no CUPOOL_DRIVER_PATH given: the driver the program itself opened */
-    const char *hint = cupool__preload_driver_hint();
+    const char *hint = cupool__driver_hooks.driver_hint ? cupool__driver_hooks.driver_hint() : NULL;
     if (hint && strcmp(path, "libcuda.so.1") == 0)
         path = hint;
-#endif
     init_result = cupool__driver_load(path, init_message, sizeof(init_message));
     if (init_result != CUDA_SUCCESS) {
         init_permanent = init_failure_is_permanent(init_result);

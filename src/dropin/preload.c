@@ -24,6 +24,7 @@
 #include "base/driver.h"
 #include "base/error.h"
 #include "dropin/names.h"
+#include "base/layer.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -64,10 +65,16 @@ static inline void init(void)
     pthread_once(&once, preload_init);
 }
 
-/* Early, so that the dlsym stub has libc's dlsym before the program's code runs. */
+static void preload_own_entries(void *h);
+static const char *preload_driver_hint(void);
+
+/* Early, so that the dlsym stub has libc's dlsym before the program's code runs; and what the
+ * driver loader asks of the preload (base/layer.h). */
 __attribute__((constructor)) static void preload_ctor(void)
 {
     init();
+    cupool__driver_hooks.own_entries = preload_own_entries;
+    cupool__driver_hooks.driver_hint = preload_driver_hint;
 }
 
 static bool same_object(const void *a, const void *b);
@@ -127,7 +134,7 @@ static gpa1_fn gpa1(void)
 static char driver_file[4096];
 static _Atomic int driver_file_set;
 
-const char *cupool__preload_driver_hint(void)
+static const char *preload_driver_hint(void)
 {
     return atomic_load_explicit(&driver_file_set, CUPOOL_ACQUIRE) == 2 ? driver_file : NULL;
 }
@@ -146,7 +153,7 @@ static void note_driver(const void *sym)
     atomic_store_explicit(&driver_file_set, 2, CUPOOL_RELEASE);
 }
 
-void cupool__preload_own_entries(void *h)
+static void preload_own_entries(void *h)
 {
     init();
     /* the ABIs cupool calls itself (dropin/names.h, slot 1), which the preload exports too */

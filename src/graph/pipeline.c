@@ -36,10 +36,12 @@
 #include "base/driver.h"
 #include "base/error.h"
 #include "base/lifecycle.h"
-#include "base/maint.h"
+#include "pool/maint.h"
 #include "pool/pool.h"
 #include "graph/graph.h"
+#include "base/layer.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <string.h>
@@ -1626,7 +1628,7 @@ static inline void graves_maybe_reap(void)
         graves_reap(false);
 }
 
-bool cupool__graph_graves_maintain(void)
+static bool graph_graves_maintain(void)
 {
     atomic_store(&graves_watched, true);
     pthread_mutex_lock(&cupool__maint_unit); /* cupool_context_release waits for it */
@@ -3080,7 +3082,7 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
 
 /* Destroys every cached graph while the driver answers (unload, exit with
  * CUPOOL_DESTROY_ON_EXIT); the caller is the closer. */
-void cupool__graph_cache_close(bool all_threads)
+static void graph_cache_close(bool all_threads)
 {
     pthread_mutex_lock(&cache_lock);
     struct gentry *e = entries_head;
@@ -3100,7 +3102,7 @@ void cupool__graph_cache_close(bool all_threads)
 
 /* cupool_trim(): drops every cached graph not in use right now, and forgets kernel layouts
  * (a module may have been unloaded). */
-void cupool__graph_cache_trim(void)
+static void graph_cache_trim(void)
 {
     fn_table_trim();
     pthread_mutex_lock(&cache_lock);
@@ -3378,4 +3380,33 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         hint_put(hash, stream, e, x, serial, epoch);
     graves_maybe_reap();
     return r;
+}
+
+/* The graph layer's line of cupool_stats_print. */
+static void graph_report(FILE *out)
+{
+    cupool_graph_stats_t g;
+    if (cupool_graph_stats_get(&g) == CUDA_SUCCESS && (g.launches || g.eager_launches))
+        fprintf(out,
+                "graph cache: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " instantiations, %" PRIu64 " updates (%" PRIu64 " nodes), %" PRIu64
+                " update failures, %" PRIu64 " evictions, %" PRIu64 " eager launches; %" PRIu64
+                " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
+                g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
+                g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+}
+
+/* The graph layer's hooks (base/layer.h): the cache goes with the pools at exit and unload,
+ * is trimmed with them, and its graveyard is reaped by the maintenance thread. */
+static const struct cupool__layer graph_layer = {
+    .rank = CUPOOL_LAYER_GRAPH,
+    .close = graph_cache_close,
+    .trim = graph_cache_trim,
+    .report = graph_report,
+    .maintain = graph_graves_maintain,
+};
+
+__attribute__((constructor)) static void graph_layer_register(void)
+{
+    cupool__layer_register(&graph_layer);
 }

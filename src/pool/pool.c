@@ -17,12 +17,13 @@
  */
 #include "base/internal.h"
 #include "pool/pool.h"
+#include "base/layer.h"
 #include "base/alloc.h"
 #include "base/config.h"
 #include "base/driver.h"
 #include "base/error.h"
 #include "base/lifecycle.h"
-#include "base/maint.h"
+#include "pool/maint.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -214,14 +215,14 @@ struct cupool__tcache *cupool__tcache_self(void)
     return tc;
 }
 
-void cupool__pool_unload(void)
+static void pool_unload(void)
 {
     /* No thread-exit destructor may run into an unmapped library. */
     pthread_once(&tc_once, tc_key_create);
     pthread_key_delete(tc_key);
 }
 
-void cupool__pool_init(void)
+static void pool_init(void)
 {
     cupool__mag_init(cupool__cfg.magazine_size);
     pthread_once(&tc_once, tc_key_create);
@@ -2539,7 +2540,7 @@ CUresult cupool_context_release(CUcontext ctx)
      * ctx retired when it looks again: it never calls the driver with their handles */
     pthread_mutex_lock(&cupool__maint_unit);
     CUresult first = trim_classes(tc, ctx, id, known);
-    cupool__graph_cache_trim(); /* its graveyard too: nothing is left for the thread */
+    cupool__layers_trim(); /* the graph cache's graveyard too: nothing is left for the thread */
     pthread_mutex_unlock(&cupool__maint_unit);
     classes_reclaim(10000000u);
     return first;
@@ -2568,7 +2569,11 @@ static void close_class(struct cupool__class *cls)
     }
 }
 
-void cupool__pool_close(bool all_threads)
+/* Destroys idle handles while the driver still answers (the caller is the closer): those of
+ * every thread when `all_threads` (unload: no thread may be inside the library), else the
+ * calling thread's and the depots' (exit: other threads may still be running). Handles of
+ * contexts that are gone are forgotten without a driver call. */
+static void pool_close(bool all_threads)
 {
     if (all_threads) {
         for (struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc))
@@ -2586,7 +2591,22 @@ void cupool__pool_close(bool all_threads)
             close_class(c);
     }
     cupool__read_leave(cupool__th(rtc));
-    cupool__graph_cache_close(all_threads);
+}
+
+/* The pool layer's hooks (base/layer.h): the maintenance thread is the pools'. */
+static const struct cupool__layer pool_layer = {
+    .rank = CUPOOL_LAYER_POOL,
+    .init = pool_init,
+    .close = pool_close,
+    .stop = cupool__maint_stop,
+    .unload = pool_unload,
+    .forked = cupool__maint_forget,
+    .report = cupool__pool_report,
+};
+
+__attribute__((constructor)) static void pool_layer_register(void)
+{
+    cupool__layer_register(&pool_layer);
 }
 
 CUresult cupool_trim(void)
@@ -2604,6 +2624,6 @@ CUresult cupool_trim(void)
     atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
     cupool__registry_reclaim(10000000u);
     classes_reclaim(10000000u);
-    cupool__graph_cache_trim();
+    cupool__layers_trim(); /* the graph cache */
     return first;
 }

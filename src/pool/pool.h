@@ -7,6 +7,7 @@
 #ifndef CUPOOL_POOL_H
 #define CUPOOL_POOL_H
 #include "base/internal.h"
+#include <stdio.h>
 #include "pool/magazine.h"
 #include "pool/registry.h"
 #include "base/lifecycle.h"
@@ -225,22 +226,11 @@ static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc,
 
 
 
-/* Destroys idle handles while the driver still answers (the caller is the closer): those of
- * every thread when `all_threads` (unload: no thread may be inside the library), else the
- * calling thread's and the depots' (exit: other threads may still be running). Handles of
- * contexts that are gone are forgotten without a driver call. */
-void cupool__pool_close(bool all_threads);
-
 /* Is ctx still the context whose id was ctx_id? 1: yes; 0: gone (another id now, destroyed,
  * broken by a sticky error); -1: unknown (*err: another driver error, or DEINITIALIZED when
  * the driver may not be called). One cuCtxGetId(ctx). */
 int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err);
 
-/* Destroys cached pipeline graphs (pipeline.c); the caller is the closer. all_threads
- * (unload): every one; otherwise (exit) those no launch is using. */
-void cupool__graph_cache_close(bool all_threads);
-/* Drops every cached pipeline graph not in use now (cupool_trim). */
-void cupool__graph_cache_trim(void);
 
 /* The calling thread's cache, registering it (and its exit hook) first if needed; NULL only
  * when out of memory. */
@@ -251,10 +241,8 @@ static inline struct cupool__tcache *cupool__tcache_peek(void)
     return cupool__tl;
 }
 
-/* Once, at initialisation: magazine capacity, thread-exit key. */
-void cupool__pool_init(void);
-/* When the library is unloaded: removes the thread-exit key. */
-void cupool__pool_unload(void);
+/* The pool layer's lines of cupool_stats_print (stats.c). */
+void cupool__pool_report(FILE *out);
 
 /* Test hook, NULL outside tests: called when a class lookup missed, before the class is
  * created, to widen the window in which racing creators meet. */

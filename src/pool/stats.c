@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/driver.h"
 #include "base/lifecycle.h"
+#include "base/layer.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -70,12 +71,9 @@ CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *
     return CUDA_SUCCESS;
 }
 
-CUresult cupool_stats_print(FILE *out)
+/* The pool layer's lines of cupool_stats_print (its report hook, base/layer.h). */
+void cupool__pool_report(FILE *out)
 {
-    if (cupool__forked())
-        return cupool__enter();
-    if (!out)
-        return CUDA_ERROR_INVALID_VALUE;
     fprintf(out,
             "cupool %s statistics, pid %ld: driver %s, metadata %zu bytes from %s, magazine %u%s\n",
             cupool_version(), (long)getpid(), cupool__drv.path[0] ? cupool__drv.path : "(none)",
@@ -109,15 +107,15 @@ CUresult cupool_stats_print(FILE *out)
     }
     if (n == 0)
         fprintf(out, "(no pools used)\n");
-    cupool_graph_stats_t g;
-    if (cupool_graph_stats_get(&g) == CUDA_SUCCESS && (g.launches || g.eager_launches))
-        fprintf(out,
-                "graph cache: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                " instantiations, %" PRIu64 " updates (%" PRIu64 " nodes), %" PRIu64
-                " update failures, %" PRIu64 " evictions, %" PRIu64 " eager launches; %" PRIu64
-                " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
-                g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
-                g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+}
+
+CUresult cupool_stats_print(FILE *out)
+{
+    if (cupool__forked())
+        return cupool__enter();
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    cupool__layers_report(out);
     fflush(out);
     return CUDA_SUCCESS;
 }

@@ -70,9 +70,6 @@ void cupool__maint_forget(void);
  * work than a round's units), a millisecond while a class keeps a reserve, else until the
  * earliest class's next decay step (UINT64_MAX: no class). */
 uint64_t cupool__pools_maintain(void);
-/* Reaps the graph graveyard's due graves; true while graves remain that wait for their
- * launches (the thread looks again soon). */
-bool cupool__graph_graves_maintain(void);
 
 /* The decay tick's period: a quarter of CUPOOL_DECAY_MS (ns). */
 uint64_t cupool__decay_period_ns(void);

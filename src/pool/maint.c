@@ -7,7 +7,8 @@
  * destruction serialise in the driver anyway.
  */
 #define _GNU_SOURCE
-#include "base/maint.h"
+#include "pool/maint.h"
+#include "base/layer.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/lifecycle.h"
@@ -112,7 +113,7 @@ static void *maint_main(void *arg)
         if ((want & CUPOOL_MAINT_GRAVES) || now >= next_graves) {
             atomic_fetch_add_explicit(&cupool__maint_graph_reaps, 1, CUPOOL_RELAXED);
             /* graves waiting for their launches: look again in a millisecond */
-            next_graves = cupool__graph_graves_maintain() ? cupool__monotonic_ns() + 1000000u
+            next_graves = cupool__layers_maintain() ? cupool__monotonic_ns() + 1000000u
                                                           : UINT64_MAX;
         }
         if (now >= reclaim_at) {

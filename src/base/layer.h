@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The layers above base (pool, graph, the preload) hook into what base drives: the library's
+ * initialisation, exit, unload and fork, cupool_trim, the statistics and the maintenance
+ * thread's rounds. Each registers its hooks from a constructor of its own, so base and the
+ * layers below never call up by name (docs/design.md, "Layout").
+ * Contract: registration happens before main (constructors), under no lock, and never after
+ * a hook may run; the table is read-only afterwards, so the cupool__layers_* walks take no
+ * lock. Hooks run on the thread that calls the walk, in rank order.
+ */
+#ifndef CUPOOL_LAYER_H
+#define CUPOOL_LAYER_H
+#include "base/internal.h"
+#include <stdio.h>
+
+enum cupool__layer_rank { CUPOOL_LAYER_POOL = 1, CUPOOL_LAYER_GRAPH = 2, CUPOOL_LAYER_DROPIN = 3 };
+
+/* A layer's hooks; any may be NULL. */
+struct cupool__layer {
+    enum cupool__layer_rank rank;
+    /* at the first initialisation attempt, after the configuration is read */
+    void (*init)(void);
+    /* destroy what is idle while the driver still answers; the calling thread is the closer
+     * (cupool__closer). all_threads: unload (no thread may be inside the library); else exit */
+    void (*close)(bool all_threads);
+    /* background threads stop calling the driver (exit: not joined; unload: joined) */
+    void (*stop)(bool join);
+    /* the library is being unloaded: nothing may call back into it afterwards */
+    void (*unload)(void);
+    /* in a child forked after initialisation: forget threads that do not exist there */
+    void (*forked)(void);
+    /* cupool_trim() and cupool_context_release(): drop what is idle and unused */
+    void (*trim)(void);
+    /* cupool_stats_print(): this layer's lines */
+    void (*report)(FILE *out);
+    /* a round of the maintenance thread; true: there is more to do in a millisecond */
+    bool (*maintain)(void);
+};
+
+/* Registers a layer (at most one per rank); from a constructor. */
+void cupool__layer_register(const struct cupool__layer *layer);
+
+/* The walks, in rank order. */
+void cupool__layers_init(void);
+void cupool__layers_close(bool all_threads);
+void cupool__layers_stop(bool join);
+void cupool__layers_unload(void);
+void cupool__layers_forked(void);
+void cupool__layers_trim(void);
+void cupool__layers_report(FILE *out);
+bool cupool__layers_maintain(void); /* true if any said there is more to do */
+
+/* What the preload (the dropin layer's libcupool_preload.so) gives the driver loader; both
+ * NULL outside it. own_entries: replaces, in the driver table, entries that resolved to the
+ * preload's own exports (base/driver.c). driver_hint: the driver file the program itself
+ * opened, or NULL. Set from the preload's constructor. */
+struct cupool__driver_hooks {
+    void (*own_entries)(void *driver_handle);
+    const char *(*driver_hint)(void);
+};
+extern struct cupool__driver_hooks cupool__driver_hooks;
+
+#endif
