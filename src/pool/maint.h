@@ -53,7 +53,7 @@ bool cupool__maint_nudge(uint32_t what);
  * a kick only when the thread would sleep past it (or does not run yet). */
 bool cupool__maint_due(uint64_t at);
 
-/* Hands the next try of a deferred reclamation that backed off (pool.c,
+/* Hands the next try of a deferred reclamation that backed off (pool/class.c,
  * cupool__reclaim_deferred) to the maintenance thread, due at monotonic time `at`: the calls of
  * request threads then need not each look at the clock until it is due. False when the thread
  * cannot take it (as cupool__maint_kick): the caller keeps the reclamation flag set. */
@@ -64,7 +64,8 @@ void cupool__maint_stop(bool join);
 /* In a forked child: the thread does not exist there; forget it without touching its lock. */
 void cupool__maint_forget(void);
 
-/* What the maintenance thread calls (pool.c, pipeline.c). */
+/* What the maintenance thread calls (pool/decay.c; the graph layer's graveyard goes through
+ * its maintain hook, base/layer.h). */
 /* One round over the pools: drain retire stacks, refill classes that asked, and the decay
  * steps that are due. Returns the ns until the pools want the next round: 0 at once (more
  * work than a round's units), a millisecond while a class keeps a reserve, else until the

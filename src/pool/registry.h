@@ -17,7 +17,7 @@ enum cupool__handle_state {
     CUPOOL_H_FREE = 0,     /* record not in use */
     CUPOOL_H_OWNED,        /* handed out to a caller */
     CUPOOL_H_IDLE,         /* pooled, known clean */
-    CUPOOL_H_IDLE_UNCHECKED, /* pooled stream not yet checked for capture (see pool.c) */
+    CUPOOL_H_IDLE_UNCHECKED, /* pooled stream not yet checked for capture (see pool/hot.h) */
     CUPOOL_H_STALE           /* its handle value was destroyed behind cupool's back (context
                                 reset) and the driver gave the value to a new handle: the
                                 record is out of the table and must never reach the driver */
@@ -34,7 +34,7 @@ struct cupool__handle {
     uint32_t kind;                        /* release needs no load from the class */
     uint32_t gen;                         /* the low 32 bits of the class's gen at insert: an
                                              explicit pool (index, gen) matches its handles
-                                             without loading the class (pool.c) */
+                                             without loading the class (pool/hot.h) */
     struct cupool__handle *next_free;     /* free list, under the registry mutex */
 };
 

@@ -1,0 +1,414 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The explicit pools: cupool_stream_pool_get and cupool_event_pool_get, and their acquire and
+ * release, over the hit of pool/hot.h.
+ */
+#include "base/internal.h"
+#include "pool/pool.h"
+#include "pool/pool_impl.h"
+#include "base/layer.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/lifecycle.h"
+#include "pool/maint.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include "pool/hot.h"
+
+/* ---- explicit pools ----
+ * A pool handle names a class by index and generation, not by address: a class is reused once
+ * its context is gone and nothing of it is left (classes_reclaim), and a handle of the old
+ * class must then be refused, never serve the new one. Bits 0-3: a tag per kind; bit 4: the
+ * caller's promise that the context outlives the pool's use (CUPOOL_POOL_CONTEXT_OUTLIVES);
+ * bits 5-18: the index; bits 19-63: the class's gen. Never NULL. */
+#define POOL_TAG_STREAM 0x5u
+#define POOL_TAG_EVENT 0x9u
+#define POOL_PROMISED 0x10u
+#define POOL_INDEX_SHIFT 5
+#define POOL_GEN_SHIFT 19
+_Static_assert(CUPOOL_MAX_CLASSES <= 1u << (POOL_GEN_SHIFT - POOL_INDEX_SHIFT),
+               "pool handles hold every class index");
+
+static inline uintptr_t pool_tag(const struct cupool__class_ops *ops)
+{
+    return ops->kind == CUPOOL_KIND_STREAM ? POOL_TAG_STREAM : POOL_TAG_EVENT;
+}
+
+/* The pool value of a class found alive, or 0 when it was retired since: a reclamation moves
+ * the gen of a retired class on (publishing the incarnation that reuses its index) before its
+ * grace period, so a gen read inside a read section may already be the next one's. Retirement
+ * cleared `alive` before (class_retire, then the reclaimer's load of the phase), so a gen read
+ * with acquire ordering and then a live `alive` is the class's own. */
+static uintptr_t pool_handle(const struct cupool__class *cls, bool promised)
+{
+    uint64_t gen = atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE);
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))
+        return 0;
+    return (uintptr_t)(gen << POOL_GEN_SHIFT) | (uintptr_t)cls->index << POOL_INDEX_SHIFT |
+           (promised ? POOL_PROMISED : 0) | pool_tag(cls->ops);
+}
+
+/* The class a pool handle names, or NULL with *why: CUDA_ERROR_INVALID_VALUE (not a pool of
+ * this kind) or CUDA_ERROR_CONTEXT_IS_DESTROYED (its class was reclaimed: the context is
+ * gone). Inside a read section. */
+static inline struct cupool__class *
+pool_class(const void *pool, const struct cupool__class_ops *ops, bool *promised, CUresult *why)
+{
+    uintptr_t v = (uintptr_t)pool;
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    *why = CUDA_ERROR_INVALID_VALUE;
+    if (CUPOOL_UNLIKELY((v & 0xfu) != pool_tag(ops) || index >= cupool__class_limit()))
+        return NULL;
+    struct cupool__class *cls = cupool__class_at(index);
+    if (CUPOOL_UNLIKELY(!cls))
+        return NULL;
+    uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
+    uint64_t now = atomic_load_explicit(&cls->gen, CUPOOL_RELAXED) &
+                   (UINT64_MAX >> POOL_GEN_SHIFT);
+    if (CUPOOL_UNLIKELY(gen != now || cls->ops != ops)) {
+        if (gen < now)
+            *why = CUDA_ERROR_CONTEXT_IS_DESTROYED;
+        return NULL;
+    }
+    *promised = (v & POOL_PROMISED) != 0;
+    return cls;
+}
+
+static CUresult pool_refused(const struct cupool__class_ops *ops, const char *what, CUresult why)
+{
+    if (why == CUDA_ERROR_CONTEXT_IS_DESTROYED)
+        return cupool__fail(why, "%s: the %s pool's context is gone (destroyed or reset); get "
+                                 "a pool of the new context",
+                            what, ops->name);
+    return cupool__fail(why, "%s: not a %s pool", what, ops->name);
+}
+
+static CUresult pool_get(const struct cupool__class_ops *ops, CUcontext ctx, unsigned int flags,
+                         int priority, uintptr_t *out)
+{
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned long long id;
+    r = (CUPOOL_DRV(cupool__drv.cuCtxGetId(ctx, &id)));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, ctx ? "cuCtxGetId(%p) failed" : "no usable current context (%p)",
+                            (void *)ctx);
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(cupool__th(rtc));
+    struct cupool__class *cls = NULL;
+    r = cupool__class_get(ops, ctx, id, flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES, priority, &cls);
+    if (r == CUDA_SUCCESS && CUPOOL_UNLIKELY(cupool__pool_get_hook != NULL))
+        cupool__pool_get_hook(); /* tests: a reclamation moves the class's gen on here */
+    if (r == CUDA_SUCCESS &&
+        (*out = pool_handle(cls, (flags & CUPOOL_POOL_CONTEXT_OUTLIVES) != 0)) == 0)
+        r = cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                         "the context (id %llu) was destroyed or reset while its %s pool was "
+                         "made",
+                         id, ops->name);
+    cupool__read_leave(cupool__th(rtc));
+    return r;
+}
+
+CUresult cupool_stream_pool_get(cupool_stream_pool_t *pool, CUcontext ctx, unsigned int flags,
+                                int priority)
+{
+    if (!pool || (flags & ~(STREAM_FLAGS_KNOWN | CUPOOL_POOL_CONTEXT_OUTLIVES)))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !pool ? "cupool_stream_pool_get: pool is NULL"
+                                  : "cupool_stream_pool_get: unknown flags 0x%x",
+                            flags);
+    uintptr_t h = 0;
+    CUresult r = pool_get(&cupool__stream_ops, ctx, flags, priority, &h);
+    if (r == CUDA_SUCCESS)
+        *pool = (cupool_stream_pool_t)h;
+    cupool__reclaim_if_due();
+    return r;
+}
+
+CUresult cupool_event_pool_get(cupool_event_pool_t *pool, CUcontext ctx, unsigned int flags)
+{
+    if (!pool || !event_flags_valid(flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            !pool ? "cupool_event_pool_get: pool is NULL"
+                                  : "cupool_event_pool_get: invalid flags 0x%x",
+                            flags);
+    uintptr_t h = 0;
+    CUresult r = pool_get(&cupool__event_ops, ctx, flags, 0, &h);
+    if (r == CUDA_SUCCESS)
+        *pool = (cupool_event_pool_t)h;
+    cupool__reclaim_if_due();
+    return r;
+}
+
+/* An explicit pool's context check that failed: the lifecycle state's error, the context
+ * gone (retired: CUDA_ERROR_CONTEXT_IS_DESTROYED), alive after all (CUDA_SUCCESS: the driver
+ * did not repeat its verdict), or the driver's passing error. */
+__attribute__((noinline)) static CUresult pool_ctx_refused(struct cupool__class *cls)
+{
+    if (!cupool__driver_callable())
+        return cupool__enter();
+    CUresult err = CUDA_SUCCESS;
+    switch (cupool__class_ctx_check(cls, &err)) {
+    case CTX_ALIVE:
+        return CUDA_SUCCESS;
+    case CTX_GONE:
+        return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                            "the context (id %llu) of this %s pool is gone (destroyed, reset, or "
+                            "broken by a sticky error)",
+                            cls->ctx_id, cls->ops->name);
+    default:
+        return err;
+    }
+}
+
+/* Is the explicit pool's context alive? One cuCtxGetId(ctx) (~14 ns on an H200): nothing else
+ * tells an explicit pool that its context was reset, and the driver crashes on a handle of a
+ * reset context. */
+static inline CUresult pool_ctx_check(struct cupool__class *cls)
+{
+    unsigned long long id = 0;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(cls->ctx, &id));
+    if (CUPOOL_LIKELY(r == CUDA_SUCCESS && id == cls->ctx_id))
+        return CUDA_SUCCESS;
+    return pool_ctx_refused(cls);
+}
+
+/* The general explicit-pool acquire, inside a read section; `tried`: the hit (slot_hit)
+ * failed already, so straight to acquire_general, which decides everything again. */
+static CUresult pool_acquire_as(const void *pool, const struct cupool__class_ops *ops,
+                                void **out, bool tried);
+
+static inline CUresult pool_acquire(const void *pool, const struct cupool__class_ops *ops,
+                                    void **out)
+{
+    return pool_acquire_as(pool, ops, out, false);
+}
+
+__attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
+                                                          const struct cupool__class_ops *ops,
+                                                          void **out, bool tried)
+{
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(cupool__th(rtc));
+    bool promised = false;
+    CUresult why, r;
+    struct cupool__class *cls = pool_class(pool, ops, &promised, &why);
+    if (CUPOOL_UNLIKELY(!cls || !out))
+        r = !out ? cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s pool acquire: output pointer is NULL",
+                                ops->name)
+                 : pool_refused(ops, "acquire", why);
+    else if (!promised && (r = pool_ctx_check(cls)) != CUDA_SUCCESS)
+        ;
+    else
+        r = tried ? cupool__acquire_general(cls, false, out) : acquire_from(cls, false, out);
+    cupool__read_leave(cupool__th(rtc));
+    return r;
+}
+
+#define TAG_KIND(tag)                                                                              \
+    ((tag) == POOL_TAG_STREAM ? (uint32_t)CUPOOL_KIND_STREAM : (uint32_t)CUPOOL_KIND_EVENT)
+
+/* The (kind, gen) word of the records of the class a pool value names (see kind_gen). */
+static inline uint64_t pool_kind_gen(uintptr_t v, uint32_t kind)
+{
+    return kind_gen(kind, (uint32_t)(v >> POOL_GEN_SHIFT));
+}
+
+/*
+ * The explicit-pool hit, without a read section and without the class table's decoding. The
+ * pool value names (index, gen, and the kind in its tag). The top of the thread's magazine for
+ * that index must be a clean idle record carrying that kind and gen: records are type-stable
+ * and a class with a record registered is never reclaimed, so the match proves that the class
+ * at the index is the incarnation the pool names (a pool of an older one carries another gen;
+ * a value forged with the other kind's tag, another kind), and the record is this pool's. The class
+ * is still loaded for `alive` (a retired class hands nothing out); its line is read-mostly and the
+ * load runs beside the magazine's. A non-promised pool checks its context (cuCtxGetId) and vets a
+ * stream released unvouched (cuStreamIsCapturing), under one driver-call guard
+ * (pool_acquire_checked); anything else tail-calls the general path, which decides everything
+ * again. The promised hit is a leaf: no call, no register saved. (A false match needs 2^32 reuses
+ * of one class index between two acquires.)
+ */
+__attribute__((noinline)) static CUresult pool_acquire_tail(const void *pool,
+                                                            const struct cupool__class_ops *ops,
+                                                            void **out, bool tried)
+{
+    CUresult r = pool_acquire_as(pool, ops, out, tried);
+    cupool__reclaim_if_due();
+    return r;
+}
+
+/* A hit whose way out found reclamation due. */
+__attribute__((noinline)) static CUresult hit_then_reclaim(void)
+{
+    cupool__reclaim_deferred();
+    return CUDA_SUCCESS;
+}
+
+/* pool_acquire_hit for a pool without the promise: its context checked first, and a stream
+ * released unvouched vetted, both driver calls under one guard. */
+__attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
+                                                               const struct cupool__class_ops *ops,
+                                                               void **out)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
+    struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
+                                                     CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(cls == NULL ||
+                        (atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE) &
+                         (UINT64_MAX >> POOL_GEN_SHIFT)) != gen ||
+                        !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE)))
+        return pool_acquire_tail(pool, ops, out, false);
+    struct cupool__slot *s = slot_of(tc, index);
+    struct cupool__magazine *m = s ? s->loaded : NULL;
+    uint32_t n = s ? s->count : 0;
+    struct cupool__mag_item it = {NULL, NULL};
+    uint32_t st = CUPOOL_H_FREE;
+    if (CUPOOL_LIKELY(m != NULL && n != 0)) {
+        it = m->items[n - 1];
+        if (rec_kind_gen(it.rec) == pool_kind_gen(v, (uint32_t)ops->kind))
+            st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+    }
+    unsigned long long id = 0;
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = CUDA_ERROR_DEINITIALIZED, rc = CUDA_SUCCESS;
+    _Atomic uint32_t *guard = cupool__drv_begin();
+    if (CUPOOL_LIKELY(guard != NULL)) {
+        r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
+        if (r == CUDA_SUCCESS && id == cls->ctx_id && st == CUPOOL_H_IDLE_UNCHECKED)
+            rc = cupool__driver_result(
+                cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs));
+        cupool__drv_end(guard);
+    }
+    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
+        return pool_acquire_tail(pool, ops, out, false); /* says why, with the class held */
+    if (CUPOOL_LIKELY((st == CUPOOL_H_IDLE ||
+                       (st == CUPOOL_H_IDLE_UNCHECKED && rc == CUDA_SUCCESS &&
+                        cs == CU_STREAM_CAPTURE_STATUS_NONE)))) {
+        slot_take(tc, s, n, it.rec);
+        *out = it.handle;
+        cupool__reclaim_if_due();
+        return CUDA_SUCCESS;
+    }
+    /* not a hit, or a capture check that failed: checked again there */
+    return pool_acquire_tail(pool, ops, out, true);
+}
+
+
+__attribute__((always_inline)) static inline CUresult
+pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != tag ||
+                        cupool__state_now() != CUPOOL_ST_RUNNING))
+        return pool_acquire_tail(pool, ops, out, false);
+    if (!(v & POOL_PROMISED))
+        return pool_acquire_checked(pool, ops, out);
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
+                                                     CUPOOL_ACQUIRE);
+    if (CUPOOL_LIKELY(cls != NULL && atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) &&
+                      slot_hit(tc, index, pool_kind_gen(v, TAG_KIND(tag)), out))) {
+        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
+            return hit_then_reclaim();
+        return CUDA_SUCCESS;
+    }
+    /* not a hit, or a stream whose capture check failed: checked again there */
+    return pool_acquire_tail(pool, ops, out, true);
+}
+
+CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
+{
+    return pool_acquire_hit(pool, &cupool__stream_ops, POOL_TAG_STREAM, (void **)stream);
+}
+
+CUresult cupool_event_pool_acquire(cupool_event_pool_t pool, CUevent *event)
+{
+    return pool_acquire_hit(pool, &cupool__event_ops, POOL_TAG_EVENT, (void **)event);
+}
+
+/* A release through an explicit pool. The handle's record pins its class (a class with a
+ * handle out is never reclaimed), so no read section is needed past the pool's decoding. */
+static inline CUresult pool_release(const void *pool, const struct cupool__class_ops *ops,
+                                    void *h, uint32_t idle_state)
+{
+    struct cupool__tcache *rtc = cupool__tl;
+    cupool__read_enter(cupool__th(rtc));
+    bool promised;
+    CUresult why;
+    struct cupool__class *cls = pool_class(pool, ops, &promised, &why);
+    cupool__read_leave(cupool__th(rtc));
+    if (CUPOOL_UNLIKELY(!cls))
+        return why == CUDA_ERROR_CONTEXT_IS_DESTROYED
+                   ? cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                                  "%s %p: its pool's context is gone, so it is not that pool's",
+                                  ops->name, h)
+                   : pool_refused(ops, "release", why);
+    return cupool__release_of(ops, cls, h, idle_state);
+}
+
+__attribute__((noinline)) static CUresult pool_release_general(const void *pool,
+                                                               const struct cupool__class_ops *ops,
+                                                               void *h, uint32_t idle_state)
+{
+    return pool_release(pool, ops, h, idle_state);
+}
+
+/* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
+ * matched by the record's index, kind and gen against the pool value (see pool_acquire_hit):
+ * no read section, no load from the class.
+ * A leaf; anything else tail-calls the general way. */
+__attribute__((always_inline)) static inline CUresult
+pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
+                 uint32_t idle_state)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
+                      (v & 0xfu) == tag && cupool__state_now() == CUPOOL_ST_RUNNING)) {
+        uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+        if (CUPOOL_LIKELY(rec->index == index && index < CUPOOL_SLOTS_PER_CHUNK &&
+                          rec_kind_gen(rec) == pool_kind_gen(v, TAG_KIND(tag)) &&
+                          atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED)) {
+            struct cupool__slot *s = &tc->slots0[index];
+            struct cupool__magazine *m = s->loaded;
+            uint32_t n = s->count;
+            if (CUPOOL_LIKELY(m != NULL && n < cupool__hot.mag_capacity)) {
+                atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+                m->items[n].rec = rec;
+                m->items[n].handle = h;
+                s->count = n + 1;
+                cupool__counter_inc(&s->releases);
+                return CUDA_SUCCESS;
+            }
+        }
+    }
+    return pool_release_general(pool, ops, h, idle_state);
+}
+
+CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,
+                                    unsigned int release_flags)
+{
+    if (CUPOOL_UNLIKELY(release_flags & ~CUPOOL_RELEASE_NOT_CAPTURING))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_stream_pool_release: unknown release flags 0x%x",
+                            release_flags);
+    return pool_release_hit(
+        pool, &cupool__stream_ops, POOL_TAG_STREAM, stream,
+        (release_flags & CUPOOL_RELEASE_NOT_CAPTURING) ? CUPOOL_H_IDLE : CUPOOL_H_IDLE_UNCHECKED);
+}
+
+CUresult cupool_event_pool_release(cupool_event_pool_t pool, CUevent event)
+{
+    return pool_release_hit(pool, &cupool__event_ops, POOL_TAG_EVENT, event, CUPOOL_H_IDLE);
+}
