@@ -30,7 +30,7 @@ struct cupool__thread {
      * which a grace period needs to know after membarrier(2) stopped working */
     _Atomic uint32_t read_fenced;
     /* Gated sections of graph driver calls in flight (the graph layer's instantiation gate,
-     * src/graph/pipeline.c). */
+     * src/graph/gate.c). */
     _Atomic uint32_t in_launch;
 };
 

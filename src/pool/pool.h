@@ -157,7 +157,7 @@ struct cupool__cc_entry {
     uint32_t index; /* cls->index, one load less on the fast path */
 };
 
-/* A thread's memories of its graph-cache launches (src/graph/pipeline.c, struct cupool__ghints):
+/* A thread's memories of its graph-cache launches (src/graph/launch.c, struct cupool__ghints):
  * per signature and stream, the entry and exec it used last, for a lock-free claim of the
  * same exec next time. Only hints, validated before use; allocated by the thread's first
  * graph launch, read and written by the thread that holds the cache alone. */

@@ -1,0 +1,174 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Building a pipeline: create, reset, destroy, the node adds, and the signature.
+ */
+#include "base/internal.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/layer.h"
+#include "base/lifecycle.h"
+#include "pool/maint.h"
+#include "pool/pool.h"
+#include "graph/graph.h"
+#include "graph/graph_impl.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+/* ---- building a pipeline ---- */
+
+struct cupool_pipeline *cupool__pipeline_of(cupool_pipeline_t p)
+{
+    return p && p->magic == PIPELINE_MAGIC ? p : NULL;
+}
+
+CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
+{
+    if (!pipeline)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_create: pipeline is NULL");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct cupool_pipeline *p = cupool__alloc(sizeof(*p));
+    if (!p)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline");
+    static _Atomic uint64_t serial;
+    p->magic = PIPELINE_MAGIC;
+    p->sig_dirty = true;
+    p->fn_epoch = atomic_load(&cupool__fn_epoch);
+    p->gen = (atomic_fetch_add(&serial, 1) + 1) << 32;
+    *pipeline = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
+{
+    if (cupool__forked()) /* a lock a parent's thread held may guard the memory */
+        return cupool__enter();
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!pipeline)
+        return CUDA_SUCCESS;
+    if (!p)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_destroy: not a pipeline");
+    p->magic = 0;
+    cupool__pipeline_unhold(p);
+    cupool__free(p->held, p->heldcap * sizeof(*p->held));
+    cupool__free(p->nodes, p->cap * sizeof(*p->nodes));
+    cupool__free(p->deps, p->depcap * sizeof(*p->deps));
+    cupool__free(p->args, p->acap);
+    cupool__free(p->sig, p->sigcap * sizeof(*p->sig));
+    cupool__free(p->argv, p->argvcap * sizeof(*p->argv));
+    cupool__free(p->chg, p->chgcap * sizeof(*p->chg));
+    cupool__free(p, sizeof(*p));
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
+{
+    if (cupool__forked())
+        return cupool__enter();
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!p)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_reset: not a pipeline");
+    p->n = 0;
+    p->ndeps = 0;
+    p->alen = 0;
+    /* after a trim, the layouts the old nodes named are let go (they are looked up afresh),
+     * and with them the nodes to compare with */
+    if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&cupool__fn_epoch, CUPOOL_ACQUIRE))) {
+        cupool__pipeline_unhold(p);
+        cupool__refill_forget(p);
+    }
+    p->sigpos = 1; /* word 0 is the node count, compared at launch */
+    p->sig_dirty = p->last_nsig == 0;
+    p->add_error = CUDA_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+/* Records one structure word of the description being built, noting whether it matches the
+ * last launch's word at the same place. */
+static void sig_word(struct cupool_pipeline *p, uint64_t w)
+{
+    if (p->sig_dirty)
+        return;
+    if (p->sigpos >= p->last_nsig || p->sig[p->sigpos] != w)
+        p->sig_dirty = true;
+    else
+        p->sigpos++;
+}
+
+/* The structure words of node i (see signature()). */
+void cupool__sig_node(struct cupool_pipeline *p, uint32_t i)
+{
+    const struct pnode *n = &p->nodes[i];
+    p->sig_mark = p->sigpos;
+    p->dirty_mark = p->sig_dirty;
+    sig_word(p, (uint64_t)n->type << 32 | n->ndeps);
+    sig_word(p, n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0);
+    for (uint32_t d = 0; d < n->ndeps; d++)
+        sig_word(p, p->deps[n->dep_start + d]);
+}
+
+/* Appends a node depending on the one before it, written afresh (no comparison with the
+ * last launch's node at its place: see refill_node for that); *out gets it. */
+CUresult cupool__node_push(struct cupool_pipeline *p, uint32_t type, struct pnode **out,
+                           cupool_node_t *number)
+{
+    if (!GROW(p->nodes, p->cap, p->n + 1) || !GROW(p->deps, p->depcap, p->ndeps + 1) ||
+        !cupool__chg_room(p, p->n))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline node");
+    struct pnode *n = &p->nodes[p->n];
+    memset(n, 0, sizeof(*n));
+    p->all_dirty = true;
+    n->type = type;
+    n->dep_start = p->ndeps;
+    if (p->n > 0) {
+        p->deps[p->ndeps++] = p->n - 1;
+        n->ndeps = 1;
+    }
+    if (number)
+        *number = p->n;
+    p->n++;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+/* ---- signature ---- */
+
+uint64_t cupool__mix(uint64_t h, uint64_t v)
+{
+    h ^= v + UINT64_C(0x9E3779B97F4A7C15) + (h << 6) + (h >> 2);
+    return h * UINT64_C(0xff51afd7ed558ccd);
+}
+
+/* Writes the signature words into p->sig; returns their count (0: out of memory). */
+size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash)
+{
+    size_t need = 1 + (size_t)p->n * 3 + p->ndeps;
+    if (!GROW(p->sig, p->sigcap, need))
+        return 0;
+    size_t w = 0;
+    uint64_t h = 0;
+    uint32_t chain = 0;
+    p->sig[w++] = p->n;
+    for (uint32_t i = 0; i < p->n; i++) {
+        const struct pnode *n = &p->nodes[i];
+        if (chain == i && n->type == PN_KERNEL && n->ndeps == (i > 0) &&
+            (i == 0 || p->deps[n->dep_start] == i - 1))
+            chain = i + 1;
+        p->sig[w++] = (uint64_t)n->type << 32 | n->ndeps;
+        /* the function is structure (and its layout with it); everything else is patched */
+        p->sig[w++] = n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0;
+        for (uint32_t d = 0; d < n->ndeps; d++)
+            p->sig[w++] = p->deps[n->dep_start + d];
+    }
+    for (size_t i = 0; i < w; i++)
+        h = cupool__mix(h, p->sig[i]);
+    p->sig_chain = chain;
+    *hash = h;
+    return w;
+}

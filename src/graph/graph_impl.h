@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The graph layer's internal interface between its files (the .c files of src/graph): the
+ * pipeline and cache structures, and the functions and variables each file defines for the
+ * others. Not for other layers (they use graph/graph.h).
+ *
+ * Pipelines and the graph-replay cache (docs/design.md, "Graph-replay cache").
+ *
+ * A pipeline is a list of nodes with their parameters (kernel arguments copied into one
+ * buffer, laid out as cuFuncGetParamInfo says) and dependencies (by default the node before).
+ * Its signature is a list of 64-bit words: node types, kernel functions and argument sizes,
+ * dependency lists. The cache maps (context id, signature) to an entry: a template graph with
+ * its node handles and up to CUPOOL_GRAPH_EXECS_MAX execs, each remembering the parameters
+ * of its last launch. A launch diffs the pipeline against the chosen exec and updates only
+ * the nodes that differ.
+ *
+ * An exec is reused on the stream that launched it last, or once its last launch finished.
+ * A launch on a new stream gets an exec of its own until the entry has
+ * CUPOOL_GRAPH_EXECS_MAX; only then are execs shared among streams. "Finished" needs an event
+ * recorded after each launch, a driver call, so an entry records events only from then on
+ * (most entries never do).
+ *
+ * The cache is one table under one mutex, held for lookups and exec selection, never across
+ * an instantiation or a launch. A repeat launch skips it: each thread keeps, per signature
+ * hash and stream, the entry and exec it launched last (its hints, a set-associative table
+ * behind one pointer of its thread cache), and claims them again without the lock when they
+ * are unchanged and the exec is free and was last launched on the same stream (fast_claim).
+ * That claim may touch an entry or exec just freed, so both are type-stable: freed ones wait
+ * on free lists for reuse, and their memory goes back only in cupool_trim(), after a grace
+ * period, or at unload.
+ *
+ * A pipeline refilled per request is compared as it is added (refill.c): the adds find the
+ * last launch's nodes in place, write only what differs and mark what did, so a launch
+ * compares nothing, or only the marked nodes, with an exec that ran the last launch
+ * (exec_update).
+ */
+#ifndef CUPOOL_GRAPH_IMPL_H
+#define CUPOOL_GRAPH_IMPL_H
+#include "base/internal.h"
+#include "pool/pool.h"
+#include <pthread.h>
+
+#define PIPELINE_MAGIC 0x7069706cu /* "pipl" */
+
+enum pn_type { PN_KERNEL = 1, PN_MEMSET, PN_MEMCPY, PN_RECORD, PN_WAIT, PN_HOST };
+
+/* A kernel's argument layout, from cuFuncGetParamInfo: shared by every pipeline that holds
+ * it (refs), and listed in fn_table until cupool_trim() forgets the layouts learnt so far. It
+ * is freed once it is neither listed nor held, so layouts take memory for what the live
+ * pipelines use and what the table lists, whatever the number of trims. fn_lock guards refs,
+ * listed and the table; the other fields are fixed once it is published. */
+struct fninfo {
+    CUfunction fn;
+    uint32_t nparams;
+    uint32_t bytes; /* end of the last parameter */
+    struct fnparam {
+        uint32_t off, size; /* bytes */
+    } *param;
+    size_t cap;     /* entries allocated in param */
+    uint32_t refs;  /* pipelines holding it */
+    bool listed;    /* in fn_table */
+    struct fninfo *next;
+};
+
+struct pnode {
+    uint32_t type;
+    uint32_t ndeps, dep_start; /* into the pipeline's deps[] */
+    uint32_t pad;
+    union {
+        struct {
+            CUfunction fn;
+            const struct fninfo *info;
+            /* grid x, y, z, block x, y, z, dynamic shared memory (bytes): K_SHAPE words */
+            uint32_t shape[7];
+            uint32_t arg_off; /* into the args buffer */
+        } k;
+        struct {
+            CUdeviceptr dst;
+            uint32_t value, elem;
+            size_t count;
+        } set;
+        struct {
+            CUdeviceptr dst, src;
+            size_t bytes;
+        } copy;
+        struct {
+            CUevent ev;
+        } ev;
+        struct {
+            CUhostFn fn;
+            void *user;
+        } host;
+    } u;
+};
+
+#define K_SHAPE 7 /* words of a kernel node's launch shape */
+
+#define FN_CACHE 8
+
+struct cupool_pipeline {
+    uint32_t magic;
+    struct pnode *nodes;
+    uint32_t n, ndeps;
+    size_t cap, depcap;
+    uint32_t *deps;
+    unsigned char *args;
+    size_t alen, acap;
+    /* The signature of the last launch, and whether the description since matches it: node
+     * adds compare their structure words in place (sigpos), so a pipeline refilled with the
+     * same structure skips hashing and lookup at launch. */
+    uint64_t *sig;
+    size_t sigcap, sigpos, last_nsig;
+    uint64_t last_hash;
+    uint32_t last_n;
+    /* The last launch's leading nodes that were kernels with their default dependency (their
+     * words at 3i (1 for node 0): type, function, i - 1): while all_dirty is false, the node
+     * in place at such a place still has that launch's function, so a kernel refilled there
+     * with it matches its words without reading them (kernel_refilled). Set by signature(). */
+    uint32_t sig_chain;
+    bool sig_dirty;            /* structure differs from the last launch's (or none yet) */
+    /* sigpos and sig_dirty before the last node's words: cupool_pipeline_depend on the node
+     * just added emits its words again */
+    size_t sig_mark;
+    bool dirty_mark;
+    CUresult add_error;        /* the first failed add since the last reset (launches refuse) */
+    struct gentry *last_entry; /* the entry the last launch used, valid while ... */
+    uint64_t last_epoch;       /* ... the cache's epoch has not moved */
+    unsigned long long last_ctx_id;
+    uint32_t max_params;
+    /* The parameters of the last launch, compared as nodes are added (refill): a reset keeps
+     * nodes[] and args[], so an add at a place where the last launch had a node of the same
+     * kind (same function and argument place, for a kernel) compares its parameters with that
+     * node's and writes only what differs, marking the node in chg[] (a bit per node). Every
+     * other add writes afresh and sets all_dirty. Invariant, while all_dirty is false: every
+     * node below hw that is not marked holds the last launch's parameters. A launch consumes
+     * the marks (hw becomes its node count, the marks and all_dirty are cleared). */
+    uint32_t hw;    /* nodes of the last launch still in place (0: none to compare with) */
+    uint32_t nchg;  /* nodes marked */
+    bool all_dirty; /* an add wrote without comparing: any node may differ */
+    uint64_t *chg;
+    size_t chgcap; /* words allocated in chg */
+    /* The description's version, unique across pipelines: moves on at a launch whose
+     * description differs from the last launch's. An exec whose snapshot is tagged with
+     * (this pipeline, gen) holds exactly the last launch's parameters. */
+    uint64_t gen;
+    void **argv; /* scratch for kernelParams */
+    size_t argvcap;
+    const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
+    unsigned fnext;
+    uint64_t fn_epoch; /* fn_epoch when fcache was filled */
+    /* every layout its nodes may name (each counted in its refs), dropped at a reset that
+     * follows a trim, and at destroy */
+    struct fninfo **held;
+    size_t nheld, heldcap;
+};
+
+
+#define GROW(arr, cap, need) cupool__grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+#define EXECS_LIMIT 64
+#define BUCKETS 1024
+#define DRIVER_BYTES_PER_NODE 1024 /* an estimate of the driver's memory per node and exec */
+
+struct gexec {
+    /* Ownership: whoever turns it from false to true (compare-and-swap) owns the exec and
+     * alone may read or change the fields below, or free it. A free exec stays true. Never
+     * reset: first in the struct, so recycling clears everything after it. */
+    _Atomic bool busy;
+    struct gentry *entry; /* its entry, and a serial new at each (re)use of the struct */
+    uint64_t serial;
+    struct gexec *free_next;
+    CUgraphExec exec;
+    /* Its own clone of the entry's template, instantiated once, and the clone's nodes in the
+     * template's order (for updates): NULL for an exec of a capture's own graph (see
+     * exec_new_of for why a template is never instantiated twice). */
+    CUgraph graph;
+    CUgraphNode *nodes;
+    uint32_t nnodes;
+    CUstream last_stream; /* compared only, never passed to the driver again */
+    CUevent done;         /* recorded after each launch once the entry is multi-stream */
+    bool launched, done_valid;
+    /* The description its snapshot equals, as (pipeline, generation): a relaunch of an
+     * untouched pipeline on this exec skips the comparison. */
+    const struct cupool_pipeline *snap_owner;
+    uint64_t snap_gen;
+    struct pnode *snap; /* the parameters of its last launch (or of the template) */
+    unsigned char *snap_args;
+    size_t snap_cap, snap_acap, snap_alen;
+    /* of an exec of a capture: the launch attributes of its kernel nodes that an update does
+     * not change (graph_fingerprint); fp_known false when they could not be read */
+    uint32_t *fp;
+    size_t nfp;
+    bool fp_known;
+};
+
+
+struct gentry {
+    /* Locked launches and DOT prints using the entry now: it is not evicted meanwhile (a
+     * lock-free launch holds one of its execs instead, see fast_claim). Only ever added to
+     * and subtracted from: first in the struct, so recycling clears everything after it. */
+    _Atomic int busy;
+    _Atomic uint64_t last_use; /* cache_clock when last launched: eviction order */
+    uint64_t evict_pass;       /* the eviction pass that last failed to evict it */
+    bool published;            /* it has been in the table (a thread's hint may name it) */
+    struct gentry *free_next;
+    uint64_t hash;
+    unsigned long long ctx_id;
+    CUcontext ctx;
+    uint64_t *sig;
+    size_t nsig;
+    CUgraph graph;
+    CUgraphNode *gnodes;
+    uint32_t n;
+    struct pnode *tmpl; /* the parameters the graph was built with */
+    unsigned char *tmpl_args;
+    size_t tmpl_alen;
+    struct gexec *execs[EXECS_LIMIT];
+    bool captured; /* cupool_capture_launch's: its execs keep launch-attribute fingerprints */
+    int nexecs;
+    int npending; /* new execs being instantiated for it (counted against the limit) */
+    _Atomic bool multi_stream; /* set under the lock, read without */
+    size_t bytes;
+    struct gentry *hnext, *prev, *next; /* hash chain; list of all entries */
+};
+
+
+/* ---- deferred destruction ----
+ * An exec leaving the cache may still have launches queued on the GPU. Its driver objects are
+ * not destroyed under the cache lock (the documentation promises asynchronous release, but a
+ * destroy that waited for the GPU would hold up every launch that misses; on the H200 one
+ * returned in 22 us with a 2 ms launch queued): they are buried here and destroyed outside
+ * the lock, once their completion event says they are done, or, for an exec that never
+ * recorded one, when more than GRAVES_BLIND_MAX of those are waiting (the driver frees a
+ * still-running exec once it completes). cupool_trim() and unload destroy them all. */
+struct grave {
+    CUgraphExec exec;
+    CUgraph graph; /* the exec's own clone of its template, or a template or capture graph */
+    CUevent done;
+    bool done_valid; /* done stands for the exec's last launch */
+    bool ready;      /* nothing of it can be running: destroy at the next reap */
+    CUcontext ctx;
+    unsigned long long ctx_id;
+};
+
+
+struct ghint {
+    uint64_t hash;   /* the signature's */
+    CUstream stream; /* compared only */
+    struct gentry *entry;
+    struct gexec *exec;
+    uint64_t serial; /* the exec's when the hint was taken */
+    uint64_t epoch;  /* cache_epoch when the entry was found */
+};
+
+
+struct cupool__ghints {
+    uint32_t nsets;     /* a power of two */
+    uint64_t *tag;      /* [nsets][HINT_WAYS]: each hint's key | 1; 0: an empty way */
+    uint8_t *ref;       /* [nsets]: reference bits, a bit per way */
+    uint8_t *hand;      /* [nsets]: the clock's next way */
+    struct ghint *h;    /* [nsets][HINT_WAYS] */
+};
+
+/* Variables each file defines for the others (documented where they are defined). */
+extern struct gentry *cupool__buckets[BUCKETS];
+extern size_t cupool__cache_bytes;
+extern size_t cupool__cache_entries;
+extern size_t cupool__cache_execs;
+extern pthread_mutex_t cupool__cache_lock;
+extern struct gentry *cupool__entries_head;
+extern _Atomic uint64_t cupool__fn_epoch;
+extern struct gentry *cupool__free_entries;
+extern struct gexec *cupool__free_execs;
+extern _Atomic uint64_t cupool__st_compared;
+extern _Atomic uint64_t cupool__st_eager;
+extern uint64_t cupool__st_evictions;
+extern uint64_t cupool__st_hits;
+extern _Atomic uint64_t cupool__st_inst;
+extern uint64_t cupool__st_launches;
+extern uint64_t cupool__st_misses;
+extern _Atomic uint64_t cupool__st_nodes_updated;
+extern _Atomic uint64_t cupool__st_update_failures;
+extern _Atomic uint64_t cupool__st_updates;
+extern pthread_mutex_t cupool__template_lock;
+/* a counter alone on its cache line */
+typedef CUPOOL_LINE(_Atomic uint64_t) cupool__line_counter;
+extern cupool__line_counter cupool__cache_epoch;
+extern cupool__line_counter cupool__cache_clock;
+extern _Atomic int cupool__graves_due;
+extern _Atomic bool cupool__graves_watched;
+extern _Atomic uint32_t cupool__launch_anon;
+extern _Atomic uint32_t cupool__inst_gate;
+
+/* Each is documented where it is defined. */
+/* graph/layout.c */
+void cupool__fn_table_trim(void);
+CUresult cupool__fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct fninfo **out);
+bool cupool__grow(void **p, size_t *cap, size_t need, size_t elem);
+void cupool__pipeline_unhold(struct cupool_pipeline *p);
+
+/* graph/builder.c */
+uint64_t cupool__mix(uint64_t h, uint64_t v);
+CUresult cupool__node_push(struct cupool_pipeline *p, uint32_t type, struct pnode **out,
+                           cupool_node_t *number);
+struct cupool_pipeline *cupool__pipeline_of(cupool_pipeline_t p);
+void cupool__sig_node(struct cupool_pipeline *p, uint32_t i);
+size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash);
+
+/* graph/refill.c */
+bool cupool__chg_room(struct cupool_pipeline *p, size_t n);
+void cupool__refill_forget(struct cupool_pipeline *p);
+
+/* graph/cache.c */
+int cupool__entry_ctx_state(const struct gentry *e);
+struct gentry *cupool__entry_struct_get(void);
+void cupool__entry_struct_put(struct gentry *e);
+void cupool__entry_struct_put_locked(struct gentry *e);
+size_t cupool__exec_bytes(const struct gentry *e, const struct gexec *x);
+void cupool__exec_fp_set(struct gexec *x, uint32_t *fp, size_t n, bool known);
+struct gexec *cupool__exec_struct_get(void);
+void cupool__exec_struct_put(struct gexec *x);
+void cupool__exec_struct_put_locked(struct gexec *x);
+bool cupool__fp_same(const struct gexec *x, const uint32_t *fp, size_t n, bool known);
+bool cupool__graph_fingerprint(CUgraph g, uint32_t **out, size_t *n);
+void cupool__list_push(struct gentry *e);
+void cupool__list_unlink(struct gentry *e);
+bool cupool__snapshot(struct gexec *x, const struct cupool_pipeline *p);
+
+/* graph/graveyard.c */
+bool cupool__entry_evict(struct gentry *e);
+void cupool__entry_free(struct gentry *e);
+void cupool__entry_unlink(struct gentry *e);
+void cupool__evict(void);
+void cupool__exec_free(struct gentry *e, struct gexec *x, bool alive);
+bool cupool__graph_graves_maintain(void);
+void cupool__graves_reap(bool all);
+struct gentry *cupool__lookup(uint64_t hash, unsigned long long ctx_id, const uint64_t *sig,
+                              size_t nsig);
+void cupool__objects_destroy(CUgraphExec exec, CUgraph graph, CUevent done, CUcontext ctx,
+                             unsigned long long ctx_id);
+
+/* graph/exec.c */
+bool cupool__argv_room(struct cupool_pipeline *p);
+CUresult cupool__clone_take_params(const struct gentry *e, const struct gexec *x,
+                                   struct cupool_pipeline *p);
+CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s);
+bool cupool__eager_supported(void);
+CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
+                           unsigned long long ctx_id, CUcontext ctx, struct gentry **out);
+CUresult cupool__exec_new(struct gentry *e, struct gexec **out);
+CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
+                             struct gexec **out);
+struct gexec *cupool__exec_pick(struct gentry *e, CUstream stream);
+bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool dirty,
+                         bool same, uint64_t *updated, bool *unchanged, bool *patched,
+                         uint64_t *compared);
+bool cupool__graphs_supported(void);
+void cupool__refill_launched(struct cupool_pipeline *p, bool dirty);
+CUresult cupool__template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **nodes);
+
+/* graph/gate.c */
+CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph);
+void cupool__gate_wait(_Atomic uint32_t *c);
+
+/* graph/stats.c */
+void cupool__graph_cache_close(bool all_threads);
+void cupool__graph_cache_trim(void);
+
+/* Stamps e as the most recently launched entry. A shared write only when it was not already. */
+static inline void entry_touch(struct gentry *e)
+{
+    uint64_t now = atomic_load_explicit(&cupool__cache_clock.v, CUPOOL_RELAXED);
+    if (atomic_load_explicit(&e->last_use, CUPOOL_RELAXED) != now)
+        atomic_store_explicit(
+            &e->last_use, atomic_fetch_add_explicit(&cupool__cache_clock.v, 1, CUPOOL_RELAXED) + 1,
+            CUPOOL_RELAXED);
+}
+
+/* Takes ownership of an exec (see struct gexec). Sequentially consistent: fast_claim() and
+ * entry_evict() each follow a write with a read of what the other writes (the claim, the
+ * cache epoch). */
+static inline bool exec_own(struct gexec *x)
+{
+    bool idle = false;
+    return atomic_compare_exchange_strong(&x->busy, &idle, true);
+}
+
+static inline void exec_disown(struct gexec *x)
+{
+    atomic_store_explicit(&x->busy, false, CUPOOL_RELEASE);
+}
+
+/* After a launch, while graves are due: the maintenance thread reaps them (maint.h); without
+ * it (CUPOOL_BACKGROUND=0, or it could not start) the launching thread does, one launch in 16. */
+static inline void graves_maybe_reap(void)
+{
+    static CUPOOL_TLS_IE unsigned tick;
+    if (CUPOOL_LIKELY(atomic_load_explicit(&cupool__graves_due, CUPOOL_RELAXED) <= 0))
+        return;
+    /* the thread watches the graveyard until it is empty: one kick, not one per launch */
+    if (atomic_load_explicit(&cupool__graves_watched, CUPOOL_RELAXED))
+        return;
+    if (cupool__maint_kick(CUPOOL_MAINT_GRAVES)) {
+        atomic_store_explicit(&cupool__graves_watched, true, CUPOOL_RELAXED);
+        return;
+    }
+    if ((++tick & 15) == 0)
+        cupool__graves_reap(false);
+}
+
+static inline void gate_leave(_Atomic uint32_t *c)
+{
+    if (!c)
+        return;
+    if (CUPOOL_UNLIKELY(c == &cupool__launch_anon))
+        atomic_fetch_sub(c, 1);
+    else
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
+}
+
+/* Counts this thread in and reports whether the gate is open (if not, it is counted out
+ * again). */
+static inline bool gate_try(_Atomic uint32_t *c)
+{
+    if (CUPOOL_LIKELY(c != &cupool__launch_anon)) {
+        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
+        if (CUPOOL_LIKELY(cupool__membarrier_ready()))
+            atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
+        else
+            atomic_thread_fence(memory_order_seq_cst);
+    } else {
+        atomic_fetch_add(c, 1);
+        if (!cupool__membarrier_ready())
+            atomic_thread_fence(memory_order_seq_cst);
+    }
+    if (CUPOOL_LIKELY(!atomic_load_explicit(&cupool__inst_gate, CUPOOL_RELAXED)))
+        return true;
+    gate_leave(c);
+    return false;
+}
+
+/* The gated sections in flight: this thread's (in its cache), or the shared count of threads
+ * without a cache. */
+static inline _Atomic uint32_t *gate_count(void)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    return CUPOOL_LIKELY(tc != NULL) ? &tc->th.in_launch : &cupool__launch_anon;
+}
+
+
+static inline _Atomic uint32_t *gate_enter(void)
+{
+    if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
+        return NULL;
+    _Atomic uint32_t *c = gate_count();
+    if (CUPOOL_UNLIKELY(!gate_try(c)))
+        cupool__gate_wait(c);
+    return c;
+}
+
+static inline int execs_max(void)
+{
+    int m = (int)cupool__cfg.graph_execs_max;
+    return m < EXECS_LIMIT ? m : EXECS_LIMIT;
+}
+
+
+
+#endif

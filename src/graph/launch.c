@@ -1,0 +1,763 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Launching: the claim (a thread's hints, then the cache), the exec's launch and release,
+ * cupool_pipeline_launch and cupool_capture_launch.
+ */
+#include "base/internal.h"
+#include "base/alloc.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "base/layer.h"
+#include "base/lifecycle.h"
+#include "pool/maint.h"
+#include "pool/pool.h"
+#include "graph/graph.h"
+#include "graph/graph_impl.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <string.h>
+
+/* ---- steps shared by pipeline and capture launches ---- */
+
+/* Finds the entry of a launch (`known`, the entry of this signature seen at cache epoch
+ * *epoch, while the epoch holds; else a lookup), counts the launch, and claims an exec for
+ * stream (NULL: a new one is needed; the entry is then held busy). *epoch gets the cache's
+ * epoch now. */
+static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned long long ctx_id,
+                                  const uint64_t *sig, size_t nsig, CUstream stream,
+                                  struct gexec **x, uint64_t *epoch)
+{
+    pthread_mutex_lock(&cupool__cache_lock);
+    cupool__st_launches++;
+    uint64_t now = atomic_load(&cupool__cache_epoch.v);
+    struct gentry *e = known && *epoch == now ? known : cupool__lookup(hash, ctx_id, sig, nsig);
+    *x = NULL;
+    if (e) {
+        cupool__st_hits++;
+        entry_touch(e);
+        atomic_fetch_add(&e->busy, 1);
+        *x = cupool__exec_pick(e, stream);
+    } else {
+        cupool__st_misses++;
+    }
+    *epoch = now;
+    pthread_mutex_unlock(&cupool__cache_lock);
+    return e;
+}
+
+/* ---- a thread's hints: the exec it launched last, per signature and stream ----
+ * A repeat launch finds the entry and exec to claim here, without the cache lock. The table
+ * is set-associative, so that a thread alternating signatures on a stream, or one signature
+ * on several streams, keeps a hint for each: sets of HINT_WAYS hints, the set chosen by the
+ * (signature hash, stream) key. A full set replaces a hint whose entry was seen before the
+ * cache epoch moved (no claim can use it), else, while every way of the set has been used
+ * since the clock last passed it, the table doubles (up to HINT_SETS_MAX sets), else the way
+ * the set's clock comes to first without its reference bit. Allocated by the thread's first
+ * kept launch and kept with its cache (a later thread reusing the cache inherits the hints:
+ * they are only hints, each validated by the claim). Read and written only by the thread
+ * holding the cache; no stream in it is ever passed to the driver (compared only). */
+#define HINT_WAYS 8
+#define HINT_SETS_MIN 8   /* 64 hints, 3.6 KiB */
+#define HINT_SETS_MAX 256 /* 2048 hints, 114 KiB */
+
+
+
+static inline uint64_t hint_key(uint64_t hash, CUstream stream)
+{
+    uint64_t k = hash ^ ((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15));
+    return k ^ (k >> 29);
+}
+
+static inline uint32_t hint_set(const struct cupool__ghints *t, uint64_t key)
+{
+    return (uint32_t)(key >> 40) & (t->nsets - 1);
+}
+
+/* This thread's hint for hash on stream, or NULL. */
+static inline struct ghint *hint_find(struct cupool__ghints *t, uint64_t hash, CUstream stream)
+{
+    uint64_t key = hint_key(hash, stream);
+    uint32_t set = hint_set(t, key);
+    uint64_t tag = key | 1, *tags = &t->tag[(size_t)set * HINT_WAYS];
+    for (unsigned w = 0; w < HINT_WAYS; w++)
+        if (tags[w] == tag) {
+            struct ghint *h = &t->h[(size_t)set * HINT_WAYS + w];
+            if (CUPOOL_LIKELY(h->hash == hash && h->stream == stream)) {
+                if (!(t->ref[set] & (1u << w)))
+                    t->ref[set] |= (uint8_t)(1u << w);
+                return h;
+            }
+        }
+    return NULL;
+}
+
+/* The lock-free claim of a repeat launch (see the top of this file). The thread's hint for
+ * `hash` on `stream` names an entry and exec; the exec is owned, the cache epoch then shown
+ * unchanged (a Dekker handshake with entry_evict(), which moves the epoch on before it owns
+ * an entry's execs), and the exec shown to be the same by its serial. Owning one of its execs
+ * keeps the entry from being evicted, so the entry is not pinned: a repeat launch makes one
+ * locked read-modify-write (the exec's claim). The entry's key (context, signature words
+ * sig[0 .. nsig-1]) is compared once the exec is held, unless the entry is `known`: the
+ * entry of this signature as of cache epoch known_epoch (a pipeline's last launch), and the
+ * hint's as of the same epoch. Returns the entry, unpinned, with *x owned and *epoch the
+ * epoch it was found at, or NULL (then nothing is held) for the locked path. */
+static inline __attribute__((always_inline)) struct gentry *
+fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
+           uint64_t known_epoch, unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
+           CUstream stream, struct gexec **x, uint64_t *epoch)
+{
+    struct cupool__ghints *t = tc->ghints;
+    struct ghint *s = t ? hint_find(t, hash, stream) : NULL;
+    if (!s || stream == CU_STREAM_PER_THREAD)
+        return NULL;
+    struct gentry *e = s->entry;
+    bool trusted = known == e && known_epoch == s->epoch;
+    /* the entry and exec may be free structs now: touched only inside a read section, so
+     * cupool_trim() returns free structs to the allocator only once no claim is inside one */
+    cupool__read_enter(cupool__th(tc));
+    /* the hint may outlive its structs: cupool_trim() moves the epoch on before it frees any */
+    struct gexec *c = s->exec;
+    bool got = atomic_load_explicit(&cupool__cache_epoch.v, CUPOOL_RELAXED) == s->epoch &&
+               exec_own(c);
+    if (got) {
+        /* owned, then the epoch: an eviction of e that began before the claim shows here;
+         * one that begins after it finds the exec owned and gives up. With the epoch
+         * unchanged since the hint was taken, e was never freed; with the serial, c is
+         * still the exec of e that this hint saw. */
+        got = atomic_load(&cupool__cache_epoch.v) == s->epoch && c->entry == e &&
+              c->serial == s->serial && c->launched && c->last_stream == stream &&
+              (trusted || (e->ctx_id == ctx_id && e->nsig == nsig &&
+                           memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0));
+        if (!got)
+            exec_disown(c);
+    }
+    cupool__read_leave(cupool__th(tc));
+    if (!got)
+        return NULL;
+    entry_touch(e);
+    cupool__counter_inc(&tc->graph_hits);
+    *x = c;
+    *epoch = s->epoch;
+    return e;
+}
+
+static void hints_free(struct cupool__ghints *t)
+{
+    size_t n = (size_t)t->nsets * HINT_WAYS;
+    cupool__free(t->tag, n * sizeof(*t->tag));
+    cupool__free(t->h, n * sizeof(*t->h));
+    cupool__free(t->ref, t->nsets);
+    cupool__free(t->hand, t->nsets);
+}
+
+/* Gives t nsets empty sets (its old arrays are the caller's to free). */
+static bool hints_alloc(struct cupool__ghints *t, uint32_t nsets)
+{
+    size_t n = (size_t)nsets * HINT_WAYS;
+    struct cupool__ghints fresh = {nsets, cupool__alloc(n * sizeof(*t->tag)),
+                                   cupool__alloc(nsets), cupool__alloc(nsets),
+                                   cupool__alloc(n * sizeof(*t->h))};
+    if (!fresh.tag || !fresh.ref || !fresh.hand || !fresh.h) {
+        cupool__free(fresh.tag, n * sizeof(*t->tag));
+        cupool__free(fresh.h, n * sizeof(*t->h));
+        cupool__free(fresh.ref, nsets);
+        cupool__free(fresh.hand, nsets);
+        return false;
+    }
+    memset(fresh.tag, 0, n * sizeof(*t->tag));
+    memset(fresh.ref, 0, nsets);
+    memset(fresh.hand, 0, nsets);
+    *t = fresh;
+    return true;
+}
+
+static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool grow_ok);
+
+/* Doubles the table, keeping every hint. False (nothing changed) when out of memory. */
+static bool hints_grow(struct cupool__ghints *t)
+{
+    struct cupool__ghints old = *t;
+    if (!hints_alloc(t, old.nsets * 2))
+        return false;
+    for (size_t i = 0; i < (size_t)old.nsets * HINT_WAYS; i++)
+        if (old.tag[i])
+            hint_store(t, &old.h[i], false);
+    hints_free(&old);
+    return true;
+}
+
+/* Stores h in its set (see the top of this section). */
+static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool grow_ok)
+{
+    uint64_t key = hint_key(h->hash, h->stream), tag = key | 1;
+    uint32_t set = hint_set(t, key);
+    uint64_t *tags = &t->tag[(size_t)set * HINT_WAYS];
+    struct ghint *hs = &t->h[(size_t)set * HINT_WAYS];
+    unsigned way = HINT_WAYS;
+    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
+        if (tags[w] == tag && hs[w].hash == h->hash && hs[w].stream == h->stream)
+            way = w;
+    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
+        if (!tags[w])
+            way = w;
+    uint64_t now = atomic_load_explicit(&cupool__cache_epoch.v, CUPOOL_RELAXED);
+    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
+        if (hs[w].epoch != now)
+            way = w; /* stale: no claim can use it */
+    if (way == HINT_WAYS && grow_ok && t->ref[set] == (1u << HINT_WAYS) - 1 &&
+        t->nsets < HINT_SETS_MAX && hints_grow(t)) {
+        hint_store(t, h, false);
+        return;
+    }
+    while (way == HINT_WAYS) {
+        unsigned w = t->hand[set];
+        t->hand[set] = (uint8_t)((w + 1) % HINT_WAYS);
+        if (t->ref[set] & (1u << w))
+            t->ref[set] &= (uint8_t)~(1u << w);
+        else
+            way = w;
+    }
+    tags[way] = tag;
+    t->ref[set] |= (uint8_t)(1u << way);
+    hs[way] = *h;
+}
+
+/* Remembers, in this thread's hints, the entry and exec a launch on stream just kept (entry
+ * seen at cache epoch `epoch`, exec of serial `serial`). */
+static void hint_put(uint64_t hash, CUstream stream, struct gentry *e, struct gexec *x,
+                     uint64_t serial, uint64_t epoch)
+{
+    struct cupool__tcache *tc = cupool__tcache_self();
+    if (!tc)
+        return;
+    struct cupool__ghints *t = tc->ghints;
+    if (CUPOOL_UNLIKELY(!t)) {
+        t = cupool__alloc(sizeof(*t));
+        if (!t)
+            return; /* no hints: launches take the locked path */
+        if (!hints_alloc(t, HINT_SETS_MIN)) {
+            cupool__free(t, sizeof(*t));
+            return;
+        }
+        tc->ghints = t;
+    }
+    struct ghint h = {hash, stream, e, x, serial, epoch};
+    hint_store(t, &h, true);
+}
+
+/* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
+ * that one, handing its graph to *graph when graph is not NULL) and claims an exec. */
+static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgraph *graph,
+                                    struct gexec **x, uint64_t *epoch)
+{
+    pthread_mutex_lock(&cupool__cache_lock);
+    cupool__cache_entries++;
+    cupool__cache_bytes += fresh->bytes + cupool__exec_bytes(fresh, fresh->execs[0]);
+    cupool__cache_execs++;
+    struct gentry *e = cupool__lookup(fresh->hash, fresh->ctx_id, fresh->sig, fresh->nsig);
+    atomic_fetch_add(&(e ? e : fresh)->busy, 1);
+    if (!e) {
+        e = fresh;
+        e->hnext = cupool__buckets[e->hash % BUCKETS];
+        cupool__buckets[e->hash % BUCKETS] = e;
+        cupool__list_push(e);
+        e->published = true;
+        *x = e->execs[0]; /* owned since its instantiation */
+    } else {
+        if (graph) {
+            *graph = fresh->graph;
+            fresh->graph = NULL;
+        }
+        cupool__entry_free(fresh);
+        *x = cupool__exec_pick(e, stream);
+    }
+    entry_touch(e);
+    cupool__evict(); /* never this entry: it is busy */
+    *epoch = atomic_load(&cupool__cache_epoch.v);
+    pthread_mutex_unlock(&cupool__cache_lock);
+    return e;
+}
+
+/* A new exec for a launch that found none free (of graph, or of e's template graph), busy;
+ * *one_off when the entry is at CUPOOL_GRAPH_EXECS_MAX (then used once and destroyed). On
+ * failure the entry is released. */
+static CUresult exec_add(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
+                         struct gexec **x, bool *one_off)
+{
+    CUresult r = cupool__exec_new_of(e, graph, p, x);
+    pthread_mutex_lock(&cupool__cache_lock);
+    /* a place exec_pick reserved (this launch's, or one another launch will not need now) */
+    bool place = e->npending > 0 && e->nexecs < execs_max();
+    if (e->npending > 0)
+        e->npending--;
+    if (r == CUDA_SUCCESS) {
+        cupool__cache_bytes += cupool__exec_bytes(e, *x);
+        cupool__cache_execs++;
+        *one_off = !place;
+        if (place)
+            e->execs[e->nexecs++] = *x;
+    } else {
+        atomic_fetch_sub(&e->busy, 1);
+    }
+    pthread_mutex_unlock(&cupool__cache_lock);
+    return r;
+}
+
+/* Gives back a place exec_pick reserved for a launch that ends before exec_add. */
+static void exec_unreserve(struct gentry *e)
+{
+    pthread_mutex_lock(&cupool__cache_lock);
+    if (e->npending > 0)
+        e->npending--;
+    pthread_mutex_unlock(&cupool__cache_lock);
+}
+
+/* Launches x on stream and, for an entry serving several streams, records its completion.
+ * *recorded says whether the completion event now stands for this launch. */
+static inline CUresult exec_launch(struct gentry *e, struct gexec *x, CUstream stream,
+                                   bool *recorded)
+{
+    *recorded = false;
+    _Atomic uint32_t *gate = gate_enter();
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphLaunch(x->exec, stream));
+    if (r == CUDA_SUCCESS && atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED)) {
+        if (!x->done)
+            CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
+        *recorded =
+            x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+    }
+    gate_leave(gate);
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuGraphLaunch failed");
+    return CUDA_SUCCESS;
+}
+
+/* Node parameters a launch compared with its exec's: this thread's counter. */
+_Atomic uint64_t cupool__st_compared; /* of threads without a cache */
+static inline void count_compared(uint64_t n)
+{
+    if (!n)
+        return;
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(tc != NULL))
+        cupool__counter_add(&tc->graph_compared, n);
+    else
+        atomic_fetch_add_explicit(&cupool__st_compared, n, CUPOOL_RELAXED);
+}
+
+static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
+{
+    if (inst)
+        atomic_fetch_add_explicit(&cupool__st_inst, inst, CUPOOL_RELAXED);
+    if (failures)
+        atomic_fetch_add_explicit(&cupool__st_update_failures, failures, CUPOOL_RELAXED);
+    if (updated) {
+        struct cupool__tcache *tc = cupool__tl; /* the thread's own counters: no shared write */
+        if (CUPOOL_LIKELY(tc != NULL)) {
+            cupool__counter_add(&tc->graph_updates, 1);
+            cupool__counter_add(&tc->graph_nodes_updated, updated);
+        } else {
+            atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
+            atomic_fetch_add_explicit(&cupool__st_nodes_updated, updated, CUPOOL_RELAXED);
+        }
+    }
+}
+
+/* Releases an exec after a launch: it stays in its entry (keep) or is dropped; and the
+ * entry, when the launch pinned it (entry_claim; fast_claim does not). */
+static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
+                      bool launched, bool recorded, bool pinned)
+{
+    if (!keep && x->exec) {
+        /* dropped with its launch queued: record its completion so the graveyard knows when
+         * to destroy it */
+        if (launched && !recorded) {
+            _Atomic uint32_t *gate = gate_enter();
+            if (!x->done)
+                CUPOOL_DRV(cupool__drv.cuEventCreate(&x->done, CU_EVENT_DISABLE_TIMING));
+            recorded =
+                x->done && CUPOOL_DRV(cupool__drv.cuEventRecord(x->done, stream)) == CUDA_SUCCESS;
+            gate_leave(gate);
+        }
+        x->done_valid = launched ? recorded : x->done_valid;
+    }
+    if (keep) {
+        /* the next picker reads these after seeing busy clear (release / acquire) */
+        x->launched = launched || x->launched;
+        if (launched)
+            x->last_stream = stream;
+        x->done_valid = recorded;
+        exec_disown(x);
+        if (pinned)
+            atomic_fetch_sub(&e->busy, 1);
+        return;
+    }
+    pthread_mutex_lock(&cupool__cache_lock);
+    for (int i = 0; i < e->nexecs; i++)
+        if (e->execs[i] == x) {
+            e->execs[i] = e->execs[--e->nexecs];
+            break;
+        }
+    cupool__exec_free(e, x, true);
+    if (pinned)
+        atomic_fetch_sub(&e->busy, 1);
+    cupool__evict();
+    pthread_mutex_unlock(&cupool__cache_lock);
+}
+
+CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
+{
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!p || p->n == 0)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_launch: %s",
+                            !p ? "not a pipeline" : "the pipeline has no nodes");
+    if (CUPOOL_UNLIKELY(p->add_error != CUDA_SUCCESS))
+        return cupool__fail(p->add_error,
+                            "cupool_pipeline_launch: a node could not be added (error %d) since "
+                            "the last cupool_pipeline_reset: the description is incomplete",
+                            (int)p->add_error);
+    CUresult r;
+    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING) &&
+        (r = cupool__enter()) != CUDA_SUCCESS)
+        return r;
+    if (!cupool__argv_room(p))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to launch a pipeline");
+    if (cupool__cfg.graph_disable || !cupool__graphs_supported()) {
+        if (!cupool__eager_supported())
+            return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                                "this driver lacks the entry points pipelines need");
+        return cupool__eager_launch(p, stream);
+    }
+    /* the current context: the graphs of a reset or another context are never touched */
+    unsigned long long ctx_id;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
+    /* the signature: reused when the description kept the last launch's structure */
+    bool same = !p->sig_dirty && p->sigpos == p->last_nsig && p->n == p->last_n;
+    if (!same) {
+        uint64_t hash;
+        size_t nsig = cupool__signature(p, &hash);
+        if (!nsig)
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
+        p->last_nsig = p->sigpos = nsig;
+        p->last_hash = hash;
+        p->last_n = p->n;
+        p->sig_dirty = false;
+        p->last_entry = NULL;
+    }
+    uint64_t hash = p->last_hash;
+    size_t nsig = p->last_nsig;
+    /* the description differs from the last launch's (its parameters: marked as added) */
+    bool dirty = !same || p->all_dirty || p->nchg;
+
+    uint64_t inst = 0, failures = 0, epoch = p->last_epoch;
+    struct gexec *x;
+    /* the entry the last launch used, while the cache's epoch holds */
+    struct gentry *known = p->last_ctx_id == ctx_id ? p->last_entry : NULL;
+    struct cupool__tcache *tc = cupool__tl;
+    struct gentry *e =
+        tc ? fast_claim(tc, hash, known, epoch, ctx_id, p->sig, nsig, stream, &x, &epoch) : NULL;
+    bool fast = e != NULL; /* then this thread's hint already names e and x */
+    if (!fast)
+        e = entry_claim(known, hash, ctx_id, p->sig, nsig, stream, &x, &epoch);
+    if (!e) {
+        CUcontext ctx = NULL;
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "cuCtxGetCurrent failed");
+        struct gentry *fresh = NULL;
+        r = cupool__entry_new(p, hash, nsig, ctx_id, ctx, &fresh);
+        if (r != CUDA_SUCCESS)
+            return r;
+        inst++;
+        e = entry_publish(fresh, stream, NULL, &x, &epoch);
+    }
+    p->last_entry = e;
+    p->last_epoch = epoch;
+    p->last_ctx_id = ctx_id;
+    bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
+    if (!x) {
+        r = exec_add(e, NULL, p, &x, &one_off);
+        if (r != CUDA_SUCCESS) {
+            count_launch(inst, 0, 0);
+            return r;
+        }
+        inst++;
+    }
+
+    uint64_t updated = 0, compared = 0;
+    bool unchanged = false, patched = false;
+    if (!cupool__exec_update(e, x, p, dirty, same, &updated, &unchanged, &patched, &compared)) {
+        /* the driver refused an update (on the H200 an event node whose event was destroyed
+         * since is refused): instantiate this exec afresh, from a fresh clone (the old one has
+         * a launched exec, see exec_new_of) carrying this launch's parameters */
+        failures++;
+        cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id); /* its launches run on */
+        x->exec = NULL;
+        CUgraph clone = NULL;
+        CUgraphNode *nodes = NULL;
+        r = cupool__template_clone(e, &clone, &nodes);
+        if (r == CUDA_SUCCESS) {
+            cupool__objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
+            cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+            x->graph = clone;
+            x->nodes = nodes;
+            x->nnodes = e->n;
+            r = cupool__clone_take_params(e, x, p);
+            if (r == CUDA_SUCCESS)
+                r = cupool__instantiate_gated(&x->exec, x->graph);
+        }
+        inst++;
+        updated = 0;
+        unchanged = patched = false; /* the snapshot below records this launch's parameters */
+        x->snap_owner = NULL;
+        x->launched = false;
+        if (r != CUDA_SUCCESS)
+            x->exec = NULL;
+    }
+    bool launched = false, recorded = false;
+    if (r == CUDA_SUCCESS) {
+        r = exec_launch(e, x, stream, &recorded);
+        launched = r == CUDA_SUCCESS;
+    } else {
+        /* the exec is unusable: this launch goes node by node */
+        r = cupool__eager_supported() ? cupool__eager_launch(p, stream) : r;
+        cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id);
+        x->exec = NULL;
+    }
+    /* the exec now holds the pipeline's parameters (unless they were already its own, or the
+     * update brought its snapshot up to date) */
+    bool keep = !one_off && x->exec != NULL && (unchanged || patched || cupool__snapshot(x, p));
+    if (keep) {
+        x->snap_owner = p;
+        x->snap_gen = dirty ? p->gen + 1 : p->gen;
+    }
+    cupool__refill_launched(p, dirty);
+    uint64_t serial = x->serial; /* read while owned */
+    count_launch(inst, failures, updated);
+    count_compared(compared);
+    exec_done(e, x, keep, stream, launched, recorded, !fast);
+    if (keep && launched && !fast)
+        hint_put(hash, stream, e, x, serial, epoch);
+    graves_maybe_reap();
+    return r;
+}
+
+/* ---- captured graphs ---- */
+
+#define CAPTURE_TAG UINT64_C(0xCA97C0DE00000000)
+
+/* Runs fn under thread-local capture on stream (of context ctx); *graph gets the result. */
+static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUcontext ctx,
+                        unsigned long long ctx_id, CUgraph *graph)
+{
+    CUresult r = CUPOOL_DRV(
+        cupool__drv.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuStreamBeginCapture failed");
+    CUresult user_r = fn(stream, user);
+    *graph = NULL;
+    r = CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, graph));
+    /* Never leave the caller's stream capturing: while the driver says it still is (or cannot
+     * say), end the capture again, keeping nothing of it. A few tries: a passing error may
+     * hit either call more than once. */
+    for (int tries = 0; r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED && tries < 4; tries++) {
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        CUresult q = CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(stream, &cs));
+        if (q == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE)
+            break;
+        if (q == CUDA_ERROR_DEINITIALIZED)
+            break;
+        CUgraph again = NULL;
+        if (CUPOOL_DRV(cupool__drv.cuStreamEndCapture(stream, &again)) == CUDA_SUCCESS ||
+            again) {
+            cupool__objects_destroy(NULL, again, NULL, ctx, ctx_id);
+            if (q == CUDA_SUCCESS)
+                break; /* ended now */
+        }
+    }
+    if (user_r != CUDA_SUCCESS || r != CUDA_SUCCESS) {
+        cupool__objects_destroy(NULL, *graph, NULL, ctx, ctx_id);
+        *graph = NULL;
+        if (user_r != CUDA_SUCCESS)
+            return cupool__fail(user_r, "the captured function failed");
+        return cupool__fail(r, "cuStreamEndCapture failed (capture invalidated?)");
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn fn,
+                               void *user_data, unsigned int flags)
+{
+    if (!fn || (flags & ~CUPOOL_CAPTURE_UPDATE))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_capture_launch: %s",
+                            !fn ? "fn is NULL" : "unknown flags");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!cupool__graphs_supported() || !cupool__drv.cuStreamBeginCapture ||
+        !cupool__drv.cuStreamEndCapture || !cupool__drv.cuGraphExecUpdate)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                            "this driver lacks the capture or graph entry points");
+    unsigned long long ctx_id;
+    CUcontext ctx = NULL;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
+    if (r == CUDA_SUCCESS)
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cupool_capture_launch: no usable current context");
+    uint64_t sig[2] = {CAPTURE_TAG, key};
+    uint64_t hash = cupool__mix(cupool__mix(0, sig[0]), sig[1]);
+
+    uint64_t epoch = 0, inst = 0;
+    struct gexec *x;
+    struct cupool__tcache *tc = cupool__tl;
+    struct gentry *e =
+        tc ? fast_claim(tc, hash, NULL, 0, ctx_id, sig, 2, stream, &x, &epoch) : NULL;
+    bool fast = e != NULL; /* then this thread's hint already names e and x */
+    if (!fast)
+        e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
+    CUgraph fresh_graph = NULL;
+    if (!e) {
+        r = capture(stream, fn, user_data, ctx, ctx_id, &fresh_graph);
+        if (r != CUDA_SUCCESS)
+            return r;
+        struct gentry *ne = cupool__entry_struct_get();
+        uint64_t *nsig = cupool__alloc(sizeof(sig));
+        struct gexec *nx = NULL;
+        if (ne && nsig) {
+            ne->hash = hash;
+            ne->ctx_id = ctx_id;
+            ne->ctx = ctx;
+            ne->sig = nsig;
+            memcpy(nsig, sig, sizeof(sig));
+            ne->nsig = 2;
+            ne->captured = true;
+            ne->graph = fresh_graph;
+            r = cupool__exec_new(ne, &nx);
+        } else {
+            r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
+        }
+        if (r != CUDA_SUCCESS) {
+            cupool__objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
+            cupool__free(nsig, sizeof(sig));
+            if (ne)
+                cupool__entry_struct_put_locked(ne);
+            return r;
+        }
+        inst++;
+        fresh_graph = NULL; /* the entry's now */
+        ne->execs[0] = nx;
+        ne->nexecs = 1;
+        ne->bytes = sizeof(*ne) + sizeof(sig) + 16 * DRIVER_BYTES_PER_NODE;
+        /* if another thread cached this key meanwhile, CUPOOL_CAPTURE_UPDATE still updates
+         * the exec this call gets with this call's capture */
+        e = entry_publish(ne, stream, (flags & CUPOOL_CAPTURE_UPDATE) ? &fresh_graph : NULL, &x,
+                          &epoch);
+    } else if (flags & CUPOOL_CAPTURE_UPDATE) {
+        r = capture(stream, fn, user_data, ctx, ctx_id, &fresh_graph);
+        if (r != CUDA_SUCCESS) {
+            if (x) {
+                exec_done(e, x, true, stream, false, x->done_valid, !fast);
+            } else {
+                exec_unreserve(e);
+                atomic_fetch_sub(&e->busy, 1);
+            }
+            return r;
+        }
+    }
+    bool one_off = false;
+    if (!x) {
+        /* a new exec: from this call's capture when there is one (no update needed) */
+        r = exec_add(e, fresh_graph, NULL, &x, &one_off);
+        cupool__objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
+        fresh_graph = NULL;
+        if (r != CUDA_SUCCESS) {
+            count_launch(inst, 0, 0);
+            return r;
+        }
+        inst++;
+    }
+    uint64_t failures = 0;
+    if (fresh_graph) {
+        /* CUPOOL_CAPTURE_UPDATE on a hit: patch the exec with the new capture, unless a launch
+         * attribute the driver does not update in place changed (graph_fingerprint): then,
+         * and when the driver refuses the update, instantiate the new capture instead */
+        uint32_t *fp = NULL;
+        size_t nfp = 0;
+        bool fp_known = cupool__graph_fingerprint(fresh_graph, &fp, &nfp);
+        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+        if (cupool__fp_same(x, fp, nfp, fp_known)) {
+            CUgraphExecUpdateResultInfo info;
+            memset(&info, 0, sizeof(info));
+            _Atomic uint32_t *gate = gate_enter();
+            r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, fresh_graph, &info));
+            gate_leave(gate);
+        }
+        if (r == CUDA_SUCCESS) {
+            atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
+            cupool__free(fp, nfp * sizeof(*fp));
+        } else {
+            failures++;
+            cupool__objects_destroy(x->exec, NULL, NULL, ctx, ctx_id);
+            x->exec = NULL;
+            r = cupool__instantiate_gated(&x->exec, fresh_graph);
+            inst++;
+            if (r == CUDA_SUCCESS) {
+                cupool__exec_fp_set(x, fp, nfp, fp_known);
+            } else {
+                x->exec = NULL;
+                cupool__free(fp, nfp * sizeof(*fp));
+            }
+        }
+        cupool__objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
+    }
+    bool launched = false, recorded = false;
+    if (r == CUDA_SUCCESS && x->exec) {
+        r = exec_launch(e, x, stream, &recorded);
+        launched = r == CUDA_SUCCESS;
+    } else if (r != CUDA_SUCCESS) {
+        cupool__fail(r, "instantiating a captured graph failed");
+    }
+    bool keep = !one_off && x->exec != NULL;
+    uint64_t serial = x->serial; /* read while owned */
+    count_launch(inst, failures, 0);
+    exec_done(e, x, keep, stream, launched, recorded, !fast);
+    if (keep && launched && !fast)
+        hint_put(hash, stream, e, x, serial, epoch);
+    graves_maybe_reap();
+    return r;
+}
+
+/* The graph layer's line of cupool_stats_print. */
+static void graph_report(FILE *out)
+{
+    cupool_graph_stats_t g;
+    if (cupool_graph_stats_get(&g) == CUDA_SUCCESS && (g.launches || g.eager_launches))
+        fprintf(out,
+                "graph cache: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+                " instantiations, %" PRIu64 " updates (%" PRIu64 " nodes), %" PRIu64
+                " update failures, %" PRIu64 " evictions, %" PRIu64 " eager launches; %" PRIu64
+                " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
+                g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
+                g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+}
+
+/* The graph layer's hooks (base/layer.h): the cache goes with the pools at exit and unload,
+ * is trimmed with them, and its graveyard is reaped by the maintenance thread. */
+static const struct cupool__layer graph_layer = {
+    .rank = CUPOOL_LAYER_GRAPH,
+    .close = cupool__graph_cache_close,
+    .trim = cupool__graph_cache_trim,
+    .report = graph_report,
+    .maintain = cupool__graph_graves_maintain,
+};
+
+__attribute__((constructor)) static void graph_layer_register(void)
+{
+    cupool__layer_register(&graph_layer);
+}
