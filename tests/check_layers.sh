@@ -22,10 +22,13 @@ for l in $layers; do
     done
 done
 
-objects() { # the core objects of one layer, from its sources (stale objects are ignored)
+objects() { # the core objects of one layer, from its sources (stale objects are ignored):
+    # the plain ones, or the PIC ones where only those are built (--disable-static)
     for c in "$top/src/$1"/*.c; do
-        o="$build/src/$1/libcupool_core_la-$(basename "$c" .c).o"
-        [ -f "$o" ] && echo "$o"
+        n="libcupool_core_la-$(basename "$c" .c).o"
+        for o in "$build/src/$1/$n" "$build/src/$1/.libs/$n"; do
+            [ -f "$o" ] && { echo "$o"; break; }
+        done
     done
 }
 below=""

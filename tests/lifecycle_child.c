@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,11 +217,17 @@ void lifecycle_child_static_release(void)
 int lifecycle_child_static_armed;
 __attribute__((weak)) int lifecycle_child_have_cxx = 0; /* 1 in lifecycle_child_cxx */
 
+/* Churners that have made their own driver call (cuCtxSetCurrent): exit_soon waits for all
+ * of them, or a churner started late (a sanitizer's slowdown) would make it after the
+ * driver's teardown, a call of the test's own, not cupool's. */
+static _Atomic int churners_started;
+
 static void *churn(void *arg)
 {
     (void)arg;
     CUcontext ctx = tu_ctx;
     tu.cuCtxSetCurrent(ctx);
+    atomic_fetch_add(&churners_started, 1);
     cupool_event_pool_t epool;
     cupool_event_pool_get(&epool, ctx, CU_EVENT_DISABLE_TIMING);
     for (;;) {
@@ -240,7 +247,10 @@ static void *churn(void *arg)
 static void *exit_soon(void *arg)
 {
     (void)arg;
-    struct timespec ts = {0, 30000000};
+    struct timespec ts = {0, 1000000};
+    while (atomic_load(&churners_started) < 4)
+        nanosleep(&ts, NULL);
+    ts.tv_nsec = 30000000;
     nanosleep(&ts, NULL);
     exit(3);
 }
