@@ -37,6 +37,9 @@
 #ifndef CUPOOL_GRAPH_IMPL_H
 #define CUPOOL_GRAPH_IMPL_H
 #include "base/internal.h"
+#include "base/config.h"
+#include "base/driver.h"
+#include "pool/maint.h"
 #include "pool/pool.h"
 #include <pthread.h>
 
@@ -464,5 +467,55 @@ static inline int execs_max(void)
 }
 
 
+
+/* ---- a thread's hints: the exec it launched last, per signature and stream ----
+ * A repeat launch finds the entry and exec to claim here, without the cache lock. The table
+ * is set-associative, so that a thread alternating signatures on a stream, or one signature
+ * on several streams, keeps a hint for each: sets of HINT_WAYS hints, the set chosen by the
+ * (signature hash, stream) key. A full set replaces a hint whose entry was seen before the
+ * cache epoch moved (no claim can use it), else, while every way of the set has been used
+ * since the clock last passed it, the table doubles (up to HINT_SETS_MAX sets), else the way
+ * the set's clock comes to first without its reference bit. Allocated by the thread's first
+ * kept launch and kept with its cache (a later thread reusing the cache inherits the hints:
+ * they are only hints, each validated by the claim). Read and written only by the thread
+ * holding the cache; no stream in it is ever passed to the driver (compared only). */
+#define HINT_WAYS 8
+#define HINT_SETS_MIN 8   /* 64 hints, 3.6 KiB */
+#define HINT_SETS_MAX 256 /* 2048 hints, 114 KiB */
+
+
+
+static inline uint64_t hint_key(uint64_t hash, CUstream stream)
+{
+    uint64_t k = hash ^ ((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15));
+    return k ^ (k >> 29);
+}
+
+static inline uint32_t hint_set(const struct cupool__ghints *t, uint64_t key)
+{
+    return (uint32_t)(key >> 40) & (t->nsets - 1);
+}
+
+/* This thread's hint for hash on stream, or NULL. */
+static inline struct ghint *hint_find(struct cupool__ghints *t, uint64_t hash, CUstream stream)
+{
+    uint64_t key = hint_key(hash, stream);
+    uint32_t set = hint_set(t, key);
+    uint64_t tag = key | 1, *tags = &t->tag[(size_t)set * HINT_WAYS];
+    for (unsigned w = 0; w < HINT_WAYS; w++)
+        if (tags[w] == tag) {
+            struct ghint *h = &t->h[(size_t)set * HINT_WAYS + w];
+            if (CUPOOL_LIKELY(h->hash == hash && h->stream == stream)) {
+                if (!(t->ref[set] & (1u << w)))
+                    t->ref[set] |= (uint8_t)(1u << w);
+                return h;
+            }
+        }
+    return NULL;
+}
+
+/* graph/hints.c */
+void cupool__hint_put(uint64_t hash, CUstream stream, struct gentry *e, struct gexec *x,
+                      uint64_t serial, uint64_t epoch);
 
 #endif

@@ -48,52 +48,6 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
     return e;
 }
 
-/* ---- a thread's hints: the exec it launched last, per signature and stream ----
- * A repeat launch finds the entry and exec to claim here, without the cache lock. The table
- * is set-associative, so that a thread alternating signatures on a stream, or one signature
- * on several streams, keeps a hint for each: sets of HINT_WAYS hints, the set chosen by the
- * (signature hash, stream) key. A full set replaces a hint whose entry was seen before the
- * cache epoch moved (no claim can use it), else, while every way of the set has been used
- * since the clock last passed it, the table doubles (up to HINT_SETS_MAX sets), else the way
- * the set's clock comes to first without its reference bit. Allocated by the thread's first
- * kept launch and kept with its cache (a later thread reusing the cache inherits the hints:
- * they are only hints, each validated by the claim). Read and written only by the thread
- * holding the cache; no stream in it is ever passed to the driver (compared only). */
-#define HINT_WAYS 8
-#define HINT_SETS_MIN 8   /* 64 hints, 3.6 KiB */
-#define HINT_SETS_MAX 256 /* 2048 hints, 114 KiB */
-
-
-
-static inline uint64_t hint_key(uint64_t hash, CUstream stream)
-{
-    uint64_t k = hash ^ ((uint64_t)(uintptr_t)stream * UINT64_C(0x9E3779B97F4A7C15));
-    return k ^ (k >> 29);
-}
-
-static inline uint32_t hint_set(const struct cupool__ghints *t, uint64_t key)
-{
-    return (uint32_t)(key >> 40) & (t->nsets - 1);
-}
-
-/* This thread's hint for hash on stream, or NULL. */
-static inline struct ghint *hint_find(struct cupool__ghints *t, uint64_t hash, CUstream stream)
-{
-    uint64_t key = hint_key(hash, stream);
-    uint32_t set = hint_set(t, key);
-    uint64_t tag = key | 1, *tags = &t->tag[(size_t)set * HINT_WAYS];
-    for (unsigned w = 0; w < HINT_WAYS; w++)
-        if (tags[w] == tag) {
-            struct ghint *h = &t->h[(size_t)set * HINT_WAYS + w];
-            if (CUPOOL_LIKELY(h->hash == hash && h->stream == stream)) {
-                if (!(t->ref[set] & (1u << w)))
-                    t->ref[set] |= (uint8_t)(1u << w);
-                return h;
-            }
-        }
-    return NULL;
-}
-
 /* The lock-free claim of a repeat launch (see the top of this file). The thread's hint for
  * `hash` on `stream` names an entry and exec; the exec is owned, the cache epoch then shown
  * unchanged (a Dekker handshake with entry_evict(), which moves the epoch on before it owns
@@ -142,110 +96,6 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
     *x = c;
     *epoch = s->epoch;
     return e;
-}
-
-static void hints_free(struct cupool__ghints *t)
-{
-    size_t n = (size_t)t->nsets * HINT_WAYS;
-    cupool__free(t->tag, n * sizeof(*t->tag));
-    cupool__free(t->h, n * sizeof(*t->h));
-    cupool__free(t->ref, t->nsets);
-    cupool__free(t->hand, t->nsets);
-}
-
-/* Gives t nsets empty sets (its old arrays are the caller's to free). */
-static bool hints_alloc(struct cupool__ghints *t, uint32_t nsets)
-{
-    size_t n = (size_t)nsets * HINT_WAYS;
-    struct cupool__ghints fresh = {nsets, cupool__alloc(n * sizeof(*t->tag)),
-                                   cupool__alloc(nsets), cupool__alloc(nsets),
-                                   cupool__alloc(n * sizeof(*t->h))};
-    if (!fresh.tag || !fresh.ref || !fresh.hand || !fresh.h) {
-        cupool__free(fresh.tag, n * sizeof(*t->tag));
-        cupool__free(fresh.h, n * sizeof(*t->h));
-        cupool__free(fresh.ref, nsets);
-        cupool__free(fresh.hand, nsets);
-        return false;
-    }
-    memset(fresh.tag, 0, n * sizeof(*t->tag));
-    memset(fresh.ref, 0, nsets);
-    memset(fresh.hand, 0, nsets);
-    *t = fresh;
-    return true;
-}
-
-static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool grow_ok);
-
-/* Doubles the table, keeping every hint. False (nothing changed) when out of memory. */
-static bool hints_grow(struct cupool__ghints *t)
-{
-    struct cupool__ghints old = *t;
-    if (!hints_alloc(t, old.nsets * 2))
-        return false;
-    for (size_t i = 0; i < (size_t)old.nsets * HINT_WAYS; i++)
-        if (old.tag[i])
-            hint_store(t, &old.h[i], false);
-    hints_free(&old);
-    return true;
-}
-
-/* Stores h in its set (see the top of this section). */
-static void hint_store(struct cupool__ghints *t, const struct ghint *h, bool grow_ok)
-{
-    uint64_t key = hint_key(h->hash, h->stream), tag = key | 1;
-    uint32_t set = hint_set(t, key);
-    uint64_t *tags = &t->tag[(size_t)set * HINT_WAYS];
-    struct ghint *hs = &t->h[(size_t)set * HINT_WAYS];
-    unsigned way = HINT_WAYS;
-    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
-        if (tags[w] == tag && hs[w].hash == h->hash && hs[w].stream == h->stream)
-            way = w;
-    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
-        if (!tags[w])
-            way = w;
-    uint64_t now = atomic_load_explicit(&cupool__cache_epoch.v, CUPOOL_RELAXED);
-    for (unsigned w = 0; w < HINT_WAYS && way == HINT_WAYS; w++)
-        if (hs[w].epoch != now)
-            way = w; /* stale: no claim can use it */
-    if (way == HINT_WAYS && grow_ok && t->ref[set] == (1u << HINT_WAYS) - 1 &&
-        t->nsets < HINT_SETS_MAX && hints_grow(t)) {
-        hint_store(t, h, false);
-        return;
-    }
-    while (way == HINT_WAYS) {
-        unsigned w = t->hand[set];
-        t->hand[set] = (uint8_t)((w + 1) % HINT_WAYS);
-        if (t->ref[set] & (1u << w))
-            t->ref[set] &= (uint8_t)~(1u << w);
-        else
-            way = w;
-    }
-    tags[way] = tag;
-    t->ref[set] |= (uint8_t)(1u << way);
-    hs[way] = *h;
-}
-
-/* Remembers, in this thread's hints, the entry and exec a launch on stream just kept (entry
- * seen at cache epoch `epoch`, exec of serial `serial`). */
-static void hint_put(uint64_t hash, CUstream stream, struct gentry *e, struct gexec *x,
-                     uint64_t serial, uint64_t epoch)
-{
-    struct cupool__tcache *tc = cupool__tcache_self();
-    if (!tc)
-        return;
-    struct cupool__ghints *t = tc->ghints;
-    if (CUPOOL_UNLIKELY(!t)) {
-        t = cupool__alloc(sizeof(*t));
-        if (!t)
-            return; /* no hints: launches take the locked path */
-        if (!hints_alloc(t, HINT_SETS_MIN)) {
-            cupool__free(t, sizeof(*t));
-            return;
-        }
-        tc->ghints = t;
-    }
-    struct ghint h = {hash, stream, e, x, serial, epoch};
-    hint_store(t, &h, true);
 }
 
 /* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
@@ -408,146 +258,7 @@ static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream str
     pthread_mutex_unlock(&cupool__cache_lock);
 }
 
-CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
-{
-    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
-    if (!p || p->n == 0)
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_launch: %s",
-                            !p ? "not a pipeline" : "the pipeline has no nodes");
-    if (CUPOOL_UNLIKELY(p->add_error != CUDA_SUCCESS))
-        return cupool__fail(p->add_error,
-                            "cupool_pipeline_launch: a node could not be added (error %d) since "
-                            "the last cupool_pipeline_reset: the description is incomplete",
-                            (int)p->add_error);
-    CUresult r;
-    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING) &&
-        (r = cupool__enter()) != CUDA_SUCCESS)
-        return r;
-    if (!cupool__argv_room(p))
-        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to launch a pipeline");
-    if (cupool__cfg.graph_disable || !cupool__graphs_supported()) {
-        if (!cupool__eager_supported())
-            return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
-                                "this driver lacks the entry points pipelines need");
-        return cupool__eager_launch(p, stream);
-    }
-    /* the current context: the graphs of a reset or another context are never touched */
-    unsigned long long ctx_id;
-    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
-    if (r != CUDA_SUCCESS)
-        return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
-    /* the signature: reused when the description kept the last launch's structure */
-    bool same = !p->sig_dirty && p->sigpos == p->last_nsig && p->n == p->last_n;
-    if (!same) {
-        uint64_t hash;
-        size_t nsig = cupool__signature(p, &hash);
-        if (!nsig)
-            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
-        p->last_nsig = p->sigpos = nsig;
-        p->last_hash = hash;
-        p->last_n = p->n;
-        p->sig_dirty = false;
-        p->last_entry = NULL;
-    }
-    uint64_t hash = p->last_hash;
-    size_t nsig = p->last_nsig;
-    /* the description differs from the last launch's (its parameters: marked as added) */
-    bool dirty = !same || p->all_dirty || p->nchg;
-
-    uint64_t inst = 0, failures = 0, epoch = p->last_epoch;
-    struct gexec *x;
-    /* the entry the last launch used, while the cache's epoch holds */
-    struct gentry *known = p->last_ctx_id == ctx_id ? p->last_entry : NULL;
-    struct cupool__tcache *tc = cupool__tl;
-    struct gentry *e =
-        tc ? fast_claim(tc, hash, known, epoch, ctx_id, p->sig, nsig, stream, &x, &epoch) : NULL;
-    bool fast = e != NULL; /* then this thread's hint already names e and x */
-    if (!fast)
-        e = entry_claim(known, hash, ctx_id, p->sig, nsig, stream, &x, &epoch);
-    if (!e) {
-        CUcontext ctx = NULL;
-        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
-        if (r != CUDA_SUCCESS)
-            return cupool__fail(r, "cuCtxGetCurrent failed");
-        struct gentry *fresh = NULL;
-        r = cupool__entry_new(p, hash, nsig, ctx_id, ctx, &fresh);
-        if (r != CUDA_SUCCESS)
-            return r;
-        inst++;
-        e = entry_publish(fresh, stream, NULL, &x, &epoch);
-    }
-    p->last_entry = e;
-    p->last_epoch = epoch;
-    p->last_ctx_id = ctx_id;
-    bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
-    if (!x) {
-        r = exec_add(e, NULL, p, &x, &one_off);
-        if (r != CUDA_SUCCESS) {
-            count_launch(inst, 0, 0);
-            return r;
-        }
-        inst++;
-    }
-
-    uint64_t updated = 0, compared = 0;
-    bool unchanged = false, patched = false;
-    if (!cupool__exec_update(e, x, p, dirty, same, &updated, &unchanged, &patched, &compared)) {
-        /* the driver refused an update (on the H200 an event node whose event was destroyed
-         * since is refused): instantiate this exec afresh, from a fresh clone (the old one has
-         * a launched exec, see exec_new_of) carrying this launch's parameters */
-        failures++;
-        cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id); /* its launches run on */
-        x->exec = NULL;
-        CUgraph clone = NULL;
-        CUgraphNode *nodes = NULL;
-        r = cupool__template_clone(e, &clone, &nodes);
-        if (r == CUDA_SUCCESS) {
-            cupool__objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
-            cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
-            x->graph = clone;
-            x->nodes = nodes;
-            x->nnodes = e->n;
-            r = cupool__clone_take_params(e, x, p);
-            if (r == CUDA_SUCCESS)
-                r = cupool__instantiate_gated(&x->exec, x->graph);
-        }
-        inst++;
-        updated = 0;
-        unchanged = patched = false; /* the snapshot below records this launch's parameters */
-        x->snap_owner = NULL;
-        x->launched = false;
-        if (r != CUDA_SUCCESS)
-            x->exec = NULL;
-    }
-    bool launched = false, recorded = false;
-    if (r == CUDA_SUCCESS) {
-        r = exec_launch(e, x, stream, &recorded);
-        launched = r == CUDA_SUCCESS;
-    } else {
-        /* the exec is unusable: this launch goes node by node */
-        r = cupool__eager_supported() ? cupool__eager_launch(p, stream) : r;
-        cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id);
-        x->exec = NULL;
-    }
-    /* the exec now holds the pipeline's parameters (unless they were already its own, or the
-     * update brought its snapshot up to date) */
-    bool keep = !one_off && x->exec != NULL && (unchanged || patched || cupool__snapshot(x, p));
-    if (keep) {
-        x->snap_owner = p;
-        x->snap_gen = dirty ? p->gen + 1 : p->gen;
-    }
-    cupool__refill_launched(p, dirty);
-    uint64_t serial = x->serial; /* read while owned */
-    count_launch(inst, failures, updated);
-    count_compared(compared);
-    exec_done(e, x, keep, stream, launched, recorded, !fast);
-    if (keep && launched && !fast)
-        hint_put(hash, stream, e, x, serial, epoch);
-    graves_maybe_reap();
-    return r;
-}
-
-/* ---- captured graphs ---- */
+/* ---- the launch: one routine for pipelines and captures ---- */
 
 #define CAPTURE_TAG UINT64_C(0xCA97C0DE00000000)
 
@@ -590,6 +301,301 @@ static CUresult capture(CUstream stream, cupool_capture_fn fn, void *user, CUcon
     return CUDA_SUCCESS;
 }
 
+/* What one launch through the cache is made of: the signature and its context, the last
+ * launch's entry, and either a pipeline's description or a capture's function; and what the
+ * launch counted. */
+struct launch_src {
+    uint64_t hash;
+    const uint64_t *sig;
+    size_t nsig;
+    unsigned long long ctx_id;
+    CUcontext ctx;        /* the current context (a pipeline asks for it only on a miss) */
+    struct gentry *known; /* the entry the last launch used, while `epoch` holds */
+    uint64_t epoch;
+    /* a pipeline's launch (NULL for a capture). dirty: its description differs from the
+     * last launch's; same: its structure is the last launch's */
+    struct cupool_pipeline *p;
+    bool dirty, same;
+    /* a capture's: its function, and the graph captured on this call (NULL: none) */
+    cupool_capture_fn fn;
+    void *user;
+    unsigned int flags;
+    CUgraph fresh;
+    uint64_t inst, failures, updated, compared;
+    bool unchanged, patched; /* the exec held the pipeline's parameters already, or the
+                                update brought its snapshot up to date */
+};
+
+/* A miss: a new entry for the signature, published, and this launch's claim on it (*x: an
+ * exec of it, or NULL when none is free). A pipeline builds the entry's template from its
+ * description; a capture runs its function under capture. */
+static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gentry **e,
+                              struct gexec **x)
+{
+    CUresult r;
+    if (s->p) {
+        if (!s->ctx && (r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s->ctx))) != CUDA_SUCCESS)
+            return cupool__fail(r, "cuCtxGetCurrent failed");
+        struct gentry *fresh = NULL;
+        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, &fresh);
+        if (r != CUDA_SUCCESS)
+            return r;
+        s->inst++;
+        *e = entry_publish(fresh, stream, NULL, x, &s->epoch);
+        return CUDA_SUCCESS;
+    }
+    CUgraph graph = NULL;
+    r = capture(stream, s->fn, s->user, s->ctx, s->ctx_id, &graph);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct gentry *ne = cupool__entry_struct_get();
+    uint64_t *nsig = cupool__alloc(s->nsig * sizeof(*nsig));
+    struct gexec *nx = NULL;
+    if (ne && nsig) {
+        ne->hash = s->hash;
+        ne->ctx_id = s->ctx_id;
+        ne->ctx = s->ctx;
+        ne->sig = nsig;
+        memcpy(nsig, s->sig, s->nsig * sizeof(*nsig));
+        ne->nsig = s->nsig;
+        ne->captured = true;
+        ne->graph = graph;
+        r = cupool__exec_new(ne, &nx);
+    } else {
+        r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
+    }
+    if (r != CUDA_SUCCESS) {
+        cupool__objects_destroy(NULL, graph, NULL, s->ctx, s->ctx_id);
+        cupool__free(nsig, s->nsig * sizeof(*nsig));
+        if (ne)
+            cupool__entry_struct_put_locked(ne);
+        return r;
+    }
+    s->inst++;
+    ne->execs[0] = nx;
+    ne->nexecs = 1;
+    ne->bytes = sizeof(*ne) + s->nsig * sizeof(*nsig) + 16 * DRIVER_BYTES_PER_NODE;
+    /* if another thread cached this key meanwhile, CUPOOL_CAPTURE_UPDATE still updates the
+     * exec this call gets with this call's capture (the graph comes back in s->fresh) */
+    *e = entry_publish(ne, stream, (s->flags & CUPOOL_CAPTURE_UPDATE) ? &s->fresh : NULL, x,
+                       &s->epoch);
+    return CUDA_SUCCESS;
+}
+
+/* A pipeline's exec that the driver would not update (on the H200 an event node whose event
+ * was destroyed since is refused): instantiated afresh, from a fresh clone (the old one has
+ * a launched exec, see exec_new_of) carrying this launch's parameters. */
+static CUresult exec_rebuild(struct launch_src *s, struct gentry *e, struct gexec *x)
+{
+    cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id); /* its launches run on */
+    x->exec = NULL;
+    CUgraph clone = NULL;
+    CUgraphNode *nodes = NULL;
+    CUresult r = cupool__template_clone(e, &clone, &nodes);
+    if (r == CUDA_SUCCESS) {
+        cupool__objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
+        cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+        x->graph = clone;
+        x->nodes = nodes;
+        x->nnodes = e->n;
+        r = cupool__clone_take_params(e, x, s->p);
+        if (r == CUDA_SUCCESS)
+            r = cupool__instantiate_gated(&x->exec, x->graph);
+    }
+    s->inst++;
+    s->updated = 0;
+    s->unchanged = s->patched = false; /* the snapshot records this launch's parameters */
+    x->snap_owner = NULL;
+    x->launched = false;
+    if (r != CUDA_SUCCESS)
+        x->exec = NULL;
+    return r;
+}
+
+/* A capture's exec, with CUPOOL_CAPTURE_UPDATE on a hit: patched with the new capture,
+ * unless a launch attribute the driver does not update in place changed (graph_fingerprint):
+ * then, and when the driver refuses the update, the new capture is instantiated instead. */
+static CUresult exec_recapture(struct launch_src *s, struct gexec *x)
+{
+    uint32_t *fp = NULL;
+    size_t nfp = 0;
+    bool fp_known = cupool__graph_fingerprint(s->fresh, &fp, &nfp);
+    CUresult r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    if (cupool__fp_same(x, fp, nfp, fp_known)) {
+        CUgraphExecUpdateResultInfo info;
+        memset(&info, 0, sizeof(info));
+        _Atomic uint32_t *gate = gate_enter();
+        r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, s->fresh, &info));
+        gate_leave(gate);
+    }
+    if (r == CUDA_SUCCESS) {
+        atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
+        cupool__free(fp, nfp * sizeof(*fp));
+    } else {
+        s->failures++;
+        cupool__objects_destroy(x->exec, NULL, NULL, s->ctx, s->ctx_id);
+        x->exec = NULL;
+        r = cupool__instantiate_gated(&x->exec, s->fresh);
+        s->inst++;
+        if (r == CUDA_SUCCESS) {
+            cupool__exec_fp_set(x, fp, nfp, fp_known);
+        } else {
+            x->exec = NULL;
+            cupool__free(fp, nfp * sizeof(*fp));
+        }
+    }
+    return r;
+}
+
+/*
+ * The launch through the cache, for a pipeline and a capture alike: claim the signature's
+ * entry and an exec of it (the thread's hint without the lock, else the cache); on a miss,
+ * a new entry (src_entry_new); without a free exec, a new one; bring the exec up to date
+ * (a pipeline's diff, or a capture's update); launch it (a pipeline whose exec is unusable
+ * goes node by node); give the exec back, keeping it if it may serve again, and remember it
+ * in the thread's hints.
+ */
+static CUresult cache_launch(struct launch_src *s, CUstream stream)
+{
+    CUresult r = CUDA_SUCCESS;
+    struct gexec *x;
+    struct cupool__tcache *tc = cupool__tl;
+    struct gentry *e = tc ? fast_claim(tc, s->hash, s->known, s->epoch, s->ctx_id, s->sig,
+                                       s->nsig, stream, &x, &s->epoch)
+                          : NULL;
+    bool fast = e != NULL; /* then this thread's hint already names e and x */
+    if (!fast)
+        e = entry_claim(s->known, s->hash, s->ctx_id, s->sig, s->nsig, stream, &x, &s->epoch);
+    if (!e) {
+        if ((r = src_entry_new(s, stream, &e, &x)) != CUDA_SUCCESS)
+            return r;
+    } else if (!s->p && (s->flags & CUPOOL_CAPTURE_UPDATE)) {
+        r = capture(stream, s->fn, s->user, s->ctx, s->ctx_id, &s->fresh);
+        if (r != CUDA_SUCCESS) {
+            if (x) {
+                exec_done(e, x, true, stream, false, x->done_valid, !fast);
+            } else {
+                exec_unreserve(e);
+                atomic_fetch_sub(&e->busy, 1);
+            }
+            return r;
+        }
+    }
+    if (s->p) {
+        s->p->last_entry = e;
+        s->p->last_epoch = s->epoch;
+        s->p->last_ctx_id = s->ctx_id;
+    }
+    bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
+    if (!x) {
+        /* a capture's new exec comes from this call's capture when there is one */
+        r = exec_add(e, s->fresh, s->p, &x, &one_off);
+        if (s->fresh) {
+            cupool__objects_destroy(NULL, s->fresh, NULL, s->ctx, s->ctx_id);
+            s->fresh = NULL; /* no update needed */
+        }
+        if (r != CUDA_SUCCESS) {
+            count_launch(s->inst, 0, 0);
+            return r;
+        }
+        s->inst++;
+    }
+    if (s->p) {
+        if (!cupool__exec_update(e, x, s->p, s->dirty, s->same, &s->updated, &s->unchanged,
+                                 &s->patched, &s->compared)) {
+            s->failures++;
+            r = exec_rebuild(s, e, x);
+        }
+    } else if (s->fresh) {
+        r = exec_recapture(s, x);
+        cupool__objects_destroy(NULL, s->fresh, NULL, s->ctx, s->ctx_id);
+        s->fresh = NULL;
+    }
+    bool launched = false, recorded = false;
+    if (r == CUDA_SUCCESS && x->exec) {
+        r = exec_launch(e, x, stream, &recorded);
+        launched = r == CUDA_SUCCESS;
+    } else if (s->p) {
+        /* the exec is unusable: this launch goes node by node */
+        r = cupool__eager_supported() ? cupool__eager_launch(s->p, stream) : r;
+        cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id);
+        x->exec = NULL;
+    } else if (r != CUDA_SUCCESS) {
+        cupool__fail(r, "instantiating a captured graph failed");
+    }
+    bool keep = !one_off && x->exec != NULL;
+    if (s->p) {
+        /* the exec now holds the pipeline's parameters (unless they were already its own, or
+         * the update brought its snapshot up to date) */
+        keep = keep && (s->unchanged || s->patched || cupool__snapshot(x, s->p));
+        if (keep) {
+            x->snap_owner = s->p;
+            x->snap_gen = s->dirty ? s->p->gen + 1 : s->p->gen;
+        }
+        cupool__refill_launched(s->p, s->dirty);
+    }
+    uint64_t serial = x->serial; /* read while owned */
+    count_launch(s->inst, s->failures, s->updated);
+    if (s->p)
+        count_compared(s->compared);
+    exec_done(e, x, keep, stream, launched, recorded, !fast);
+    if (keep && launched && !fast)
+        cupool__hint_put(s->hash, stream, e, x, serial, s->epoch);
+    graves_maybe_reap();
+    return r;
+}
+
+CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
+{
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!p || p->n == 0)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_launch: %s",
+                            !p ? "not a pipeline" : "the pipeline has no nodes");
+    if (CUPOOL_UNLIKELY(p->add_error != CUDA_SUCCESS))
+        return cupool__fail(p->add_error,
+                            "cupool_pipeline_launch: a node could not be added (error %d) since "
+                            "the last cupool_pipeline_reset: the description is incomplete",
+                            (int)p->add_error);
+    CUresult r;
+    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING) &&
+        (r = cupool__enter()) != CUDA_SUCCESS)
+        return r;
+    if (!cupool__argv_room(p))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to launch a pipeline");
+    if (cupool__cfg.graph_disable || !cupool__graphs_supported()) {
+        if (!cupool__eager_supported())
+            return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                                "this driver lacks the entry points pipelines need");
+        return cupool__eager_launch(p, stream);
+    }
+    /* the current context: the graphs of a reset or another context are never touched */
+    struct launch_src s = {.p = p};
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &s.ctx_id));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
+    /* the signature: reused when the description kept the last launch's structure */
+    s.same = !p->sig_dirty && p->sigpos == p->last_nsig && p->n == p->last_n;
+    if (!s.same) {
+        uint64_t hash;
+        size_t nsig = cupool__signature(p, &hash);
+        if (!nsig)
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline signature");
+        p->last_nsig = p->sigpos = nsig;
+        p->last_hash = hash;
+        p->last_n = p->n;
+        p->sig_dirty = false;
+        p->last_entry = NULL;
+    }
+    s.hash = p->last_hash;
+    s.sig = p->sig;
+    s.nsig = p->last_nsig;
+    /* the description differs from the last launch's (its parameters: marked as added) */
+    s.dirty = !s.same || p->all_dirty || p->nchg;
+    s.known = p->last_ctx_id == s.ctx_id ? p->last_entry : NULL;
+    s.epoch = p->last_epoch;
+    return cache_launch(&s, stream);
+}
+
 CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn fn,
                                void *user_data, unsigned int flags)
 {
@@ -603,134 +609,15 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
         !cupool__drv.cuStreamEndCapture || !cupool__drv.cuGraphExecUpdate)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
                             "this driver lacks the capture or graph entry points");
-    unsigned long long ctx_id;
-    CUcontext ctx = NULL;
-    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
+    uint64_t sig[2] = {CAPTURE_TAG, key};
+    struct launch_src s = {.sig = sig, .nsig = 2, .fn = fn, .user = user_data, .flags = flags};
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &s.ctx_id));
     if (r == CUDA_SUCCESS)
-        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&ctx));
+        r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s.ctx));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cupool_capture_launch: no usable current context");
-    uint64_t sig[2] = {CAPTURE_TAG, key};
-    uint64_t hash = cupool__mix(cupool__mix(0, sig[0]), sig[1]);
-
-    uint64_t epoch = 0, inst = 0;
-    struct gexec *x;
-    struct cupool__tcache *tc = cupool__tl;
-    struct gentry *e =
-        tc ? fast_claim(tc, hash, NULL, 0, ctx_id, sig, 2, stream, &x, &epoch) : NULL;
-    bool fast = e != NULL; /* then this thread's hint already names e and x */
-    if (!fast)
-        e = entry_claim(NULL, hash, ctx_id, sig, 2, stream, &x, &epoch);
-    CUgraph fresh_graph = NULL;
-    if (!e) {
-        r = capture(stream, fn, user_data, ctx, ctx_id, &fresh_graph);
-        if (r != CUDA_SUCCESS)
-            return r;
-        struct gentry *ne = cupool__entry_struct_get();
-        uint64_t *nsig = cupool__alloc(sizeof(sig));
-        struct gexec *nx = NULL;
-        if (ne && nsig) {
-            ne->hash = hash;
-            ne->ctx_id = ctx_id;
-            ne->ctx = ctx;
-            ne->sig = nsig;
-            memcpy(nsig, sig, sizeof(sig));
-            ne->nsig = 2;
-            ne->captured = true;
-            ne->graph = fresh_graph;
-            r = cupool__exec_new(ne, &nx);
-        } else {
-            r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
-        }
-        if (r != CUDA_SUCCESS) {
-            cupool__objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
-            cupool__free(nsig, sizeof(sig));
-            if (ne)
-                cupool__entry_struct_put_locked(ne);
-            return r;
-        }
-        inst++;
-        fresh_graph = NULL; /* the entry's now */
-        ne->execs[0] = nx;
-        ne->nexecs = 1;
-        ne->bytes = sizeof(*ne) + sizeof(sig) + 16 * DRIVER_BYTES_PER_NODE;
-        /* if another thread cached this key meanwhile, CUPOOL_CAPTURE_UPDATE still updates
-         * the exec this call gets with this call's capture */
-        e = entry_publish(ne, stream, (flags & CUPOOL_CAPTURE_UPDATE) ? &fresh_graph : NULL, &x,
-                          &epoch);
-    } else if (flags & CUPOOL_CAPTURE_UPDATE) {
-        r = capture(stream, fn, user_data, ctx, ctx_id, &fresh_graph);
-        if (r != CUDA_SUCCESS) {
-            if (x) {
-                exec_done(e, x, true, stream, false, x->done_valid, !fast);
-            } else {
-                exec_unreserve(e);
-                atomic_fetch_sub(&e->busy, 1);
-            }
-            return r;
-        }
-    }
-    bool one_off = false;
-    if (!x) {
-        /* a new exec: from this call's capture when there is one (no update needed) */
-        r = exec_add(e, fresh_graph, NULL, &x, &one_off);
-        cupool__objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
-        fresh_graph = NULL;
-        if (r != CUDA_SUCCESS) {
-            count_launch(inst, 0, 0);
-            return r;
-        }
-        inst++;
-    }
-    uint64_t failures = 0;
-    if (fresh_graph) {
-        /* CUPOOL_CAPTURE_UPDATE on a hit: patch the exec with the new capture, unless a launch
-         * attribute the driver does not update in place changed (graph_fingerprint): then,
-         * and when the driver refuses the update, instantiate the new capture instead */
-        uint32_t *fp = NULL;
-        size_t nfp = 0;
-        bool fp_known = cupool__graph_fingerprint(fresh_graph, &fp, &nfp);
-        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-        if (cupool__fp_same(x, fp, nfp, fp_known)) {
-            CUgraphExecUpdateResultInfo info;
-            memset(&info, 0, sizeof(info));
-            _Atomic uint32_t *gate = gate_enter();
-            r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, fresh_graph, &info));
-            gate_leave(gate);
-        }
-        if (r == CUDA_SUCCESS) {
-            atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
-            cupool__free(fp, nfp * sizeof(*fp));
-        } else {
-            failures++;
-            cupool__objects_destroy(x->exec, NULL, NULL, ctx, ctx_id);
-            x->exec = NULL;
-            r = cupool__instantiate_gated(&x->exec, fresh_graph);
-            inst++;
-            if (r == CUDA_SUCCESS) {
-                cupool__exec_fp_set(x, fp, nfp, fp_known);
-            } else {
-                x->exec = NULL;
-                cupool__free(fp, nfp * sizeof(*fp));
-            }
-        }
-        cupool__objects_destroy(NULL, fresh_graph, NULL, ctx, ctx_id);
-    }
-    bool launched = false, recorded = false;
-    if (r == CUDA_SUCCESS && x->exec) {
-        r = exec_launch(e, x, stream, &recorded);
-        launched = r == CUDA_SUCCESS;
-    } else if (r != CUDA_SUCCESS) {
-        cupool__fail(r, "instantiating a captured graph failed");
-    }
-    bool keep = !one_off && x->exec != NULL;
-    uint64_t serial = x->serial; /* read while owned */
-    count_launch(inst, failures, 0);
-    exec_done(e, x, keep, stream, launched, recorded, !fast);
-    if (keep && launched && !fast)
-        hint_put(hash, stream, e, x, serial, epoch);
-    graves_maybe_reap();
-    return r;
+    s.hash = cupool__mix(cupool__mix(0, sig[0]), sig[1]);
+    return cache_launch(&s, stream);
 }
 
 /* The graph layer's line of cupool_stats_print. */
