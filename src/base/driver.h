@@ -145,7 +145,7 @@ extern CUPOOL_TLS_IE bool cupool__closer;     /* this thread is closing the libr
 static inline void cupool__drv_end(_Atomic uint32_t *c)
 {
     if (CUPOOL_UNLIKELY(c == &cupool__drv_anon))
-        atomic_fetch_sub(c, 1);
+        cupool__hs_leave_anon(c);
     else
         cupool__hs_leave(c);
 }
@@ -170,7 +170,7 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
         cupool__hs_enter(c);
     } else {
         c = &cupool__drv_anon;
-        atomic_fetch_add(c, 1);
+        cupool__hs_enter_anon(c);
     }
     if (CUPOOL_LIKELY(cupool__driver_callable()))
         return c;

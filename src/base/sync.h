@@ -36,7 +36,17 @@ static inline void cupool__reader_fence(void)
         atomic_signal_fence(memory_order_seq_cst);
 }
 
-/* The reader's mark in its own counter c (a field of its struct cupool__thread), and its end. */
+/* Whether cupool__membarrier() is the expedited kind (microseconds), the condition for
+ * asymmetric handshakes on a hot path. Set once at initialisation. */
+extern bool cupool__membarrier_expedited;
+static inline bool cupool__membarrier_ready(void)
+{
+    return cupool__membarrier_expedited;
+}
+
+/* The reader's mark in its own counter c (a field of its struct cupool__thread), and its end.
+ * For an instance whose updater is rare (exit, unload, reclamation): the updater may pay for
+ * any barrier, so the reader fences only where none exists (cupool__reader_fence). */
 static inline void cupool__hs_enter(_Atomic uint32_t *c)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
@@ -48,6 +58,30 @@ static inline void cupool__hs_leave(_Atomic uint32_t *c)
     atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
 }
 
+/* The same for an instance whose updater is frequent (the graph layer's instantiation gate:
+ * one per cache miss): its updater takes membarrier(2) only in the expedited kind, so where
+ * that is missing the reader fences (cupool__hs_barrier_frequent is then a fence). */
+static inline void cupool__hs_enter_frequent(_Atomic uint32_t *c)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
+    if (CUPOOL_LIKELY(cupool__membarrier_ready()))
+        atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+}
+
+/* A reader without a record counts itself in a shared counter: the read-modify-write is a
+ * full barrier, so no updater's barrier is needed for it. */
+static inline void cupool__hs_enter_anon(_Atomic uint32_t *c)
+{
+    atomic_fetch_add(c, 1);
+}
+
+static inline void cupool__hs_leave_anon(_Atomic uint32_t *c)
+{
+    atomic_fetch_sub(c, 1);
+}
+
 /* Registers for membarrier(2) (MEMBARRIER_CMD_PRIVATE_EXPEDITED); once, at initialisation. */
 void cupool__membarrier_register(void);
 /* A memory barrier on every thread of the process that is running now (membarrier(2), or its
@@ -57,12 +91,13 @@ bool cupool__membarrier(void);
 /* True when membarrier(2) was unavailable from initialisation on: every reader has fenced
  * itself since (cupool__hot.sync_fence was set before any reader ran). */
 extern bool cupool__readers_fence_since_init;
-/* Whether cupool__membarrier() is the expedited kind (microseconds), the condition for
- * asymmetric handshakes on a hot path. Set once at initialisation. */
-extern bool cupool__membarrier_expedited;
-static inline bool cupool__membarrier_ready(void)
+/* The updater's barrier of a frequent instance (cupool__hs_enter_frequent). */
+static inline void cupool__hs_barrier_frequent(void)
 {
-    return cupool__membarrier_expedited;
+    if (cupool__membarrier_ready())
+        (void)cupool__membarrier();
+    else
+        atomic_thread_fence(memory_order_seq_cst);
 }
 /* Frees what the barrier's fallback mapped (unload). */
 void cupool__sync_unload(void);
@@ -118,13 +153,11 @@ static inline void cupool__read_enter(struct cupool__thread *t)
         v = (v & CUPOOL_RD_NEST) ? v + 1
                                  : (atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1);
         atomic_store_explicit(&t->in_read, v, CUPOOL_RELAXED);
-        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED))) {
-            if (!atomic_load_explicit(&t->read_fenced, CUPOOL_RELAXED))
-                atomic_store_explicit(&t->read_fenced, 1, CUPOOL_RELAXED);
-            atomic_thread_fence(memory_order_seq_cst);
-        } else {
-            atomic_signal_fence(memory_order_seq_cst);
-        }
+        /* a grace period needs to know which readers fence themselves (cupool__synchronize) */
+        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED)) &&
+            !atomic_load_explicit(&t->read_fenced, CUPOOL_RELAXED))
+            atomic_store_explicit(&t->read_fenced, 1, CUPOOL_RELAXED);
+        cupool__reader_fence();
     } else {
         uint32_t v = cupool__read_anon_tl;
         if (v & CUPOOL_RD_NEST) {

@@ -33,8 +33,9 @@
  * may run at once (each is of a graph of its own, see exec_new_of): one after the other, the
  * last of eight threads starting together instantiated while the first were already
  * synchronising, and stalled again (3.8x instead of 7.9x in 1 to 3 runs of 10). A section
- * pays a plain store and a load (an asymmetric Dekker handshake: the instantiating side pays
- * with membarrier(2), or, where the kernel lacks it, each section with a fence). */
+ * pays a plain store and a load: the handshake of base/sync.h, as a frequent instance (the
+ * instantiating side pays with membarrier(2), or, where the expedited kind is missing, each
+ * section with a fence). */
 _Atomic uint32_t cupool__inst_gate;   /* instantiations starting or running (at once) */
 _Atomic uint32_t cupool__launch_anon; /* gated launches of threads without a cache */
 /* Launches held at the gate go first: an instantiation waits (GATE_YIELD_NS at most) until
@@ -46,15 +47,7 @@ static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
 #define GATE_YIELD_NS 2000000u
 #define GATE_DRAIN_NS 5000000u
 
-
-
-
-
-
-
-/* Enters a section of driver calls on graphs, execs and their events that no instantiation
- * of cupool's may overlap (above); returns what gate_leave() takes (NULL: the gate is off).
- * Sections do not nest, and inside one this thread must not instantiate. */
+/* A launch that found the gate closed (gate_enter, graph_impl.h). */
 __attribute__((noinline)) void cupool__gate_wait(_Atomic uint32_t *c)
 {
     /* an instantiation is starting or running: wait for the gate to open, ahead of the next
@@ -69,19 +62,15 @@ __attribute__((noinline)) void cupool__gate_wait(_Atomic uint32_t *c)
     atomic_fetch_sub(&gate_waiters, 1);
 }
 
-
+_Atomic uint64_t cupool__gate_timeouts;
 
 /* Waits until no other thread is inside a gated section: GATE_DRAIN_NS at most (a launch
  * blocked on a full queue, or its thread descheduled, is not waited out: the gate is a best
- * effort against a driver stall, not a correctness condition). */
-_Atomic uint64_t cupool__gate_timeouts;
-
+ * effort against a driver stall, not a correctness condition). The updater side of the
+ * gate's handshake. */
 static void launches_drain(void)
 {
-    if (cupool__membarrier_ready())
-        cupool__membarrier();
-    else
-        atomic_thread_fence(memory_order_seq_cst);
+    cupool__hs_barrier_frequent();
     if (!cupool__wait_threads(offsetof(struct cupool__thread, in_launch), &cupool__launch_anon,
                               GATE_DRAIN_NS))
         atomic_fetch_add_explicit(&cupool__gate_timeouts, 1, CUPOOL_RELAXED);

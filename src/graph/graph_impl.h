@@ -39,6 +39,7 @@
 #include "base/internal.h"
 #include "base/config.h"
 #include "base/driver.h"
+#include "base/sync.h"
 #include "pool/maint.h"
 #include "pool/pool.h"
 #include <pthread.h>
@@ -415,26 +416,20 @@ static inline void gate_leave(_Atomic uint32_t *c)
     if (!c)
         return;
     if (CUPOOL_UNLIKELY(c == &cupool__launch_anon))
-        atomic_fetch_sub(c, 1);
+        cupool__hs_leave_anon(c);
     else
-        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) - 1, CUPOOL_RELEASE);
+        cupool__hs_leave(c);
 }
 
 /* Counts this thread in and reports whether the gate is open (if not, it is counted out
- * again). */
+ * again): the reader side of the gate's handshake (base/sync.h, a frequent instance; its flag
+ * is cupool__inst_gate, its counters the records' in_launch). */
 static inline bool gate_try(_Atomic uint32_t *c)
 {
-    if (CUPOOL_LIKELY(c != &cupool__launch_anon)) {
-        atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + 1, CUPOOL_RELAXED);
-        if (CUPOOL_LIKELY(cupool__membarrier_ready()))
-            atomic_signal_fence(memory_order_seq_cst); /* the CPU side: membarrier */
-        else
-            atomic_thread_fence(memory_order_seq_cst);
-    } else {
-        atomic_fetch_add(c, 1);
-        if (!cupool__membarrier_ready())
-            atomic_thread_fence(memory_order_seq_cst);
-    }
+    if (CUPOOL_LIKELY(c != &cupool__launch_anon))
+        cupool__hs_enter_frequent(c);
+    else
+        cupool__hs_enter_anon(c);
     if (CUPOOL_LIKELY(!atomic_load_explicit(&cupool__inst_gate, CUPOOL_RELAXED)))
         return true;
     gate_leave(c);
@@ -450,6 +445,9 @@ static inline _Atomic uint32_t *gate_count(void)
 }
 
 
+/* Enters a section of driver calls on graphs, execs and their events that no instantiation
+ * of cupool's may overlap (graph/gate.c); returns what gate_leave() takes (NULL: the gate is
+ * off). Sections do not nest, and inside one this thread must not instantiate. */
 static inline _Atomic uint32_t *gate_enter(void)
 {
     if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
