@@ -45,6 +45,7 @@ struct block {
 };
 _Static_assert(sizeof(struct block) == CUPOOL_CACHELINE, "block header is one cache line");
 
+/* The innermost lock (docs/design.md, "Locks"): taken under any other, takes none. */
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct block blocks = {&blocks, &blocks, 0, {0}};
 static _Atomic size_t bytes_held;

@@ -58,6 +58,8 @@ void cupool__membarrier_register(void)
  * for FlushProcessWriteBuffers where membarrier is missing). x86 only: elsewhere the flush
  * may be broadcast without interrupting the other CPUs. */
 #if defined(__x86_64__) || defined(__i386__)
+/* Lock order (docs/design.md, "Locks"): before gp_lock and the allocator's (never held with
+ * gp_lock); takes no other. */
 static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *flush_page;
 
@@ -161,7 +163,10 @@ bool cupool__wait_threads(size_t field, _Atomic uint32_t *anon, uint64_t timeout
 }
 
 _Atomic uint64_t cupool__gp_timeouts;
-static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER; /* one grace period at a time */
+/* One grace period at a time; held across its wait for readers. Lock order (docs/design.md,
+ * "Locks"): after every lock a caller of cupool__synchronize may hold (reclaim_lock, the
+ * maintenance unit lock), before the allocator's. */
+static pthread_mutex_t gp_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Waits until every other thread is outside any read section or inside one begun in the
  * current phase, and no thread without a cache is inside one: up to deadline. */

@@ -150,8 +150,9 @@ static inline void cupool__read_enter(struct cupool__thread *t)
 {
     if (CUPOOL_LIKELY(t != NULL)) {
         uint32_t v = atomic_load_explicit(&t->in_read, CUPOOL_RELAXED);
-        v = (v & CUPOOL_RD_NEST) ? v + 1
-                                 : (atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1);
+        v = (v & CUPOOL_RD_NEST)
+                ? v + 1
+                : (atomic_load_explicit(&cupool__hot.gp_phase, CUPOOL_ACQUIRE) | 1);
         atomic_store_explicit(&t->in_read, v, CUPOOL_RELAXED);
         /* a grace period needs to know which readers fence themselves (cupool__synchronize) */
         if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.sync_fence, CUPOOL_RELAXED)) &&

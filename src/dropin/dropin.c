@@ -2,8 +2,8 @@
 /*
  * Drop-in wrappers (docs/drop-in.md): the driver's and the runtime's stream and event create
  * and destroy calls, with their exact signatures, on cupool's pools; and __wrap_ entry points
- * of the same for `-Wl,--wrap=NAME` (the names: dropin/names.h). A destroy of a handle cupool did not hand out goes to the
- * driver, as the replaced call would have.
+ * of the same for `-Wl,--wrap=NAME` (the names: dropin/names.h). A destroy of a handle cupool
+ * did not hand out goes to the driver, as the replaced call would have.
  */
 #include "base/internal.h"
 #include "cupool_runtime.h"
@@ -237,9 +237,11 @@ CUPOOL_API cudaError_t cupool_cudaEventDestroy(cudaEvent_t event)
  * The names are the link-level ones of dropin/names.h: the symbols programs reference (cuda.h
  * maps cuStreamDestroy and cuEventDestroy to their _v2 ABIs). Each __wrap_ name is the
  * wrapper itself (an ELF alias), not a function calling it. */
-#define WRAP_DRIVER(name, target, link, compat, slot, params, args) \
-    CUPOOL_DROPIN_IF(link, CUPOOL_API CUresult __wrap_##name params __attribute__((alias(#target)));)
-#define WRAP_RUNTIME(name, target, link, compat, slot, params, args) \
-    CUPOOL_DROPIN_IF(link, CUPOOL_API cudaError_t __wrap_##name params __attribute__((alias(#target)));)
+#define WRAP_DRIVER(name, target, link, compat, slot, params, args)                         \
+    CUPOOL_DROPIN_IF(link,                                                                  \
+                     CUPOOL_API CUresult __wrap_##name params __attribute__((alias(#target)));)
+#define WRAP_RUNTIME(name, target, link, compat, slot, params, args)                        \
+    CUPOOL_DROPIN_IF(link, CUPOOL_API cudaError_t __wrap_##name params                      \
+                               __attribute__((alias(#target)));)
 CUPOOL_DROPIN_DRIVER(WRAP_DRIVER)
 CUPOOL_DROPIN_RUNTIME(WRAP_RUNTIME)

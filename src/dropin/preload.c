@@ -182,7 +182,8 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
 static const struct {
     const char *name;
     void *fn;
-} driver_names[] = {CUPOOL_DROPIN_DRIVER(SUBSTITUTE)}, runtime_names[] = {CUPOOL_DROPIN_RUNTIME(SUBSTITUTE)};
+} driver_names[] = {CUPOOL_DROPIN_DRIVER(SUBSTITUTE)},
+  runtime_names[] = {CUPOOL_DROPIN_RUNTIME(SUBSTITUTE)};
 #undef SUBSTITUTE
 
 /* cupool's function for a driver entry point name (any version), or NULL. */

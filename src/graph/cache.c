@@ -25,6 +25,9 @@
 
 
 
+/* Lock order (docs/design.md, "Locks"): after class_lock and the maintenance unit lock,
+ * before fn_lock, the registry's and the allocator's; held across cuCtxGetId and
+ * cuEventQuery, never across a grace period. */
 pthread_mutex_t cupool__cache_lock = PTHREAD_MUTEX_INITIALIZER;
 struct gentry *cupool__buckets[BUCKETS];
 struct gentry *cupool__entries_head; /* every cached entry */

@@ -137,6 +137,7 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
  * one template graph at once were followed by heap corruption in the process ("double free
  * or corruption") or a hang. Instantiations from a template (the rare miss path) and DOT
  * output take this lock. */
+/* (Nests with no other cupool lock: docs/design.md, "Locks".) */
 pthread_mutex_t cupool__template_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* A clone of e's template and the clone's nodes in the template's order (e->n of them),

@@ -42,6 +42,7 @@ _Atomic uint32_t cupool__launch_anon; /* gated launches of threads without a cac
  * none is waiting before it closes the gate again, so that back-to-back instantiations on
  * other threads cannot hold a launch back for longer than about one of them. */
 static _Atomic uint32_t gate_waiters;
+/* Only for the gate_open condition; nests with no other cupool lock (docs/design.md, "Locks"). */
 static pthread_mutex_t gate_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
 #define GATE_YIELD_NS 2000000u

@@ -43,6 +43,7 @@ bool cupool__grow(void **p, size_t *cap, size_t need, size_t elem)
 
 /* ---- function argument layouts ---- */
 
+/* Lock order (docs/design.md, "Locks"): after the graph cache's, before the allocator's. */
 static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fninfo *fn_table[256];
 /* Bumped by cupool_trim(): layouts learnt before are looked up again (a function of an

@@ -20,9 +20,10 @@
 
 /* The class table: index -> class struct (see struct cupool__class). class_lock serialises
  * creation, reuse and reclamation, and guards free_index; lookups read the table without it,
- * inside read sections. Lock order: class_lock, then the registry's, then the allocator's;
- * no other lock of cupool's is held when class_lock is taken, and none is held while a
- * reclamation waits for readers. */
+ * inside read sections. Lock order (docs/design.md, "Locks"): after reclaim_lock and the
+ * maintenance unit lock, before the graph cache's, the registry's and the allocator's; no
+ * lock but reclaim_lock is held when class_lock is taken, and class_lock is released before
+ * a reclamation waits for readers. */
 static pthread_mutex_t class_lock = PTHREAD_MUTEX_INITIALIZER;
 /* One reclamation pass at a time (taken with trylock: a pass finding another under way leaves
  * the work to it). Held across the pass's grace period, never while class_lock is held. */

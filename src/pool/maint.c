@@ -28,8 +28,8 @@ CUPOOL_TLS_IE bool cupool__maint_self;
 /*
  * The thread's lifecycle, and the lock.
  * maint_lock guards maint_sleeping and the start; maint_state is also read without it (an
- * atomic). Order: a kicker may hold the graph cache's lock when it takes maint_lock; the
- * thread never takes another cupool lock while holding maint_lock.
+ * atomic). It nests with no other cupool lock (docs/design.md, "Locks"): no kicker holds one
+ * when it takes maint_lock, and the thread takes none while holding it.
  */
 enum { M_NONE, M_RUNNING, M_STOPPING, M_OFF };
 static _Atomic int maint_state;

@@ -29,9 +29,10 @@ extern _Atomic uint32_t cupool__maint_want;
 /* The unit lock: the maintenance thread holds it around each unit of its driver work (one
  * class's drain, refill or decay step; one graveyard reap), so that cupool_context_release()
  * can wait for the unit in progress and retire a context's classes before the application
- * destroys or resets it. Lock order: this lock first, then a read section, class_lock, the
- * registry's and the graph cache's locks. Never taken in a forked child, nor by a thread
- * inside a read section. */
+ * destroys or resets it. Lock order (docs/design.md, "Locks"): before every lock but
+ * reclaim_lock, with which it is never held; held across driver calls and, in
+ * cupool_context_release, a graph-cache trim's grace period. Never taken in a forked child,
+ * nor by a thread inside a read section. */
 #include <pthread.h>
 extern pthread_mutex_t cupool__maint_unit;
 

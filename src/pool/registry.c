@@ -15,6 +15,8 @@
 #define TOMBSTONE CUPOOL_REG_TOMBSTONE
 typedef struct cupool__reg_table table_t;
 
+/* Lock order (docs/design.md, "Locks"): after class_lock and the graph cache's, before the
+ * allocator's; released before a grace period. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static table_t *retired;
 static struct cupool__handle *free_records;
