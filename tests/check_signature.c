@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A pipeline's signature (src/graph/builder.c) and the in-place comparison of a redescribed
+ * pipeline (src/graph/refill.c), reached through the graph layer's internal interface: what
+ * is structure (node kinds, kernel functions, dependencies) and what is a parameter.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+
+#include "testutil.h"
+#include <string.h>
+
+#include "graph/graph_impl.h"
+
+static struct tu_kernels k;
+static CUdeviceptr mem;
+static CUstream s1;
+
+static void setup(void)
+{
+    tu_setup();
+    tu_load_kernels(&k);
+    TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuMemAlloc(&mem, 64));
+}
+
+static void teardown(void)
+{
+    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(tu.cuStreamDestroy(s1));
+    TU_OK(tu.cuMemFree(mem));
+}
+
+/* The signature words of a description: kernels (f of each, argument v + i), `n` of them, in
+ * the default chain, or with node `split` depending on nothing. */
+struct sig {
+    uint64_t hash;
+    size_t n;
+    uint64_t w[64];
+    uint32_t chain;
+};
+
+static struct sig sig_of(cupool_pipeline_t pl, const CUfunction *f, int n, unsigned v, int split)
+{
+    TU_OK(cupool_pipeline_reset(pl));
+    for (int i = 0; i < n; i++) {
+        unsigned val = v + (unsigned)i;
+        void *args[] = {&mem, &val};
+        cupool_node_t node;
+        TU_OK(cupool_pipeline_kernel(pl, f[i], 1, 1, 1, 1, 1, 1, 0, args, &node));
+        if (i == split)
+            TU_OK(cupool_pipeline_depend(pl, node, NULL, 0));
+    }
+    struct cupool_pipeline *p = cupool__pipeline_of(pl);
+    ck_assert_ptr_nonnull(p);
+    struct sig s = {0};
+    s.n = cupool__signature(p, &s.hash);
+    ck_assert_uint_gt(s.n, 0);
+    ck_assert_uint_le(s.n, 64);
+    memcpy(s.w, p->sig, s.n * sizeof(uint64_t));
+    s.chain = p->sig_chain;
+    return s;
+}
+
+static bool same(const struct sig *a, const struct sig *b)
+{
+    return a->hash == b->hash && a->n == b->n && !memcmp(a->w, b->w, a->n * sizeof(uint64_t));
+}
+
+START_TEST(structure_is_the_signature_parameters_are_not)
+{
+    cupool_pipeline_t pl;
+    TU_OK(cupool_pipeline_create(&pl));
+    CUfunction adds[4] = {k.add_u32, k.add_u32, k.add_u32, k.add_u32};
+    CUfunction mixed[4] = {k.add_u32, k.set_u32, k.add_u32, k.add_u32};
+    struct sig a = sig_of(pl, adds, 4, 1, -1);
+    struct sig b = sig_of(pl, adds, 4, 100, -1); /* other argument values */
+    ck_assert(same(&a, &b));
+    struct sig c = sig_of(pl, mixed, 4, 1, -1); /* another function at node 1 */
+    ck_assert(!same(&a, &c));
+    struct sig d = sig_of(pl, adds, 3, 1, -1); /* one node fewer */
+    ck_assert(!same(&a, &d));
+    struct sig e = sig_of(pl, adds, 4, 1, 2); /* node 2 depends on nothing */
+    ck_assert(!same(&a, &e));
+    /* the default chain's prefix: every node of a, none past the split of e */
+    ck_assert_uint_eq(a.chain, 4);
+    ck_assert_uint_eq(e.chain, 2);
+    /* the word count: the node count, then per node its kind and dependency count, its
+     * function, and its dependencies */
+    ck_assert_uint_eq(a.n, 1 + 4 * 2 + 3);
+    ck_assert_uint_eq(a.w[0], 4);
+    cupool_pipeline_destroy(pl);
+}
+END_TEST
+
+/* Described again after a launch, the same structure keeps the last launch's signature
+ * (no hashing at the next launch) and only nodes whose parameters changed are marked. */
+START_TEST(redescribing_marks_only_what_changed)
+{
+    cupool_pipeline_t pl;
+    TU_OK(cupool_pipeline_create(&pl));
+    CUfunction adds[4] = {k.add_u32, k.add_u32, k.add_u32, k.add_u32};
+    (void)sig_of(pl, adds, 4, 1, -1);
+    TU_OK(cupool_pipeline_launch(pl, s1));
+    struct cupool_pipeline *p = cupool__pipeline_of(pl);
+    /* the same description: nothing differs */
+    TU_OK(cupool_pipeline_reset(pl));
+    for (int i = 0; i < 4; i++) {
+        unsigned val = 1 + (unsigned)i;
+        void *args[] = {&mem, &val};
+        TU_OK(cupool_pipeline_kernel(pl, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+    ck_assert(!p->sig_dirty);
+    ck_assert_uint_eq(p->sigpos, p->last_nsig);
+    ck_assert(!p->all_dirty);
+    ck_assert_uint_eq(p->nchg, 0);
+    TU_OK(cupool_pipeline_launch(pl, s1));
+    /* node 2's argument changes: it alone is marked, the structure is unchanged */
+    TU_OK(cupool_pipeline_reset(pl));
+    for (int i = 0; i < 4; i++) {
+        unsigned val = (i == 2 ? 50u : 1u) + (unsigned)i;
+        void *args[] = {&mem, &val};
+        TU_OK(cupool_pipeline_kernel(pl, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+    ck_assert(!p->sig_dirty);
+    ck_assert(!p->all_dirty);
+    ck_assert_uint_eq(p->nchg, 1);
+    ck_assert(p->chg[0] & (UINT64_C(1) << 2));
+    TU_OK(cupool_pipeline_launch(pl, s1));
+    /* another function at node 1: the structure differs */
+    TU_OK(cupool_pipeline_reset(pl));
+    for (int i = 0; i < 4; i++) {
+        unsigned val = 1;
+        void *args[] = {&mem, &val};
+        TU_OK(cupool_pipeline_kernel(pl, i == 1 ? k.set_u32 : k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+                                     args, NULL));
+    }
+    ck_assert(p->sig_dirty || p->all_dirty);
+    TU_OK(cupool_pipeline_launch(pl, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    cupool_pipeline_destroy(pl);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("signature");
+    TCase *tc = tcase_create("signature");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, structure_is_the_signature_parameters_are_not);
+    tcase_add_test(tc, redescribing_marks_only_what_changed);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
