@@ -186,6 +186,17 @@ START_TEST(preload_follows_the_programs_driver)
 }
 END_TEST
 
+/* A library's constructor that makes and destroys streams runs before the preload's own
+ * constructor: the preload's cupool initialises from inside it and still pools (it used to
+ * call its own exports as the driver's, recursing until the stack ran out). */
+START_TEST(preload_serves_a_library_constructor_that_runs_first)
+{
+    struct outcome o = run_prog("preload_ctor_prog", "", 0, 1, NULL);
+    ck_assert_msg(strstr(o.out, "ctor 0 reused 1") != NULL, "output: %s; stderr: %s", o.out,
+                  o.err);
+}
+END_TEST
+
 START_TEST(without_preload_nothing_changes)
 {
     struct outcome o = run("gpa", 200, 0, NULL);
@@ -255,6 +266,7 @@ int main(void)
     tcase_add_test(tc, preload_pools_dlsym_lookups);
     tcase_add_test(tc, preload_follows_the_programs_driver);
     tcase_add_test(tc, preload_resets_safely_while_the_maintenance_thread_works);
+    tcase_add_test(tc, preload_serves_a_library_constructor_that_runs_first);
     tcase_add_test(tc, without_preload_nothing_changes);
     tcase_add_test(tc, disabled_preload_passes_everything_through);
     suite_add_tcase(s, tc);

@@ -1,10 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
 /* Linked with libcupool.a and nothing else of cupool's (no -ljemalloc): the static archive
- * takes its metadata from libc, so this must link, run, and pool a stream. */
+ * takes its metadata from libc, so this must link, run, and pool a stream. Its own
+ * constructor initialises cupool, which in a static executable runs before the constructors
+ * of the archive's members (the layers' hook registrations): the configuration read then
+ * must still be the one in use (CUPOOL_MAGAZINE_SIZE here). */
 #include <cupool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+__attribute__((constructor)) static void early(void)
+{
+    setenv("CUPOOL_MAGAZINE_SIZE", "4", 1);
+    (void)cupool_init();
+}
 
 int main(void)
 {
@@ -12,6 +22,15 @@ int main(void)
     CUdevice dev;
     CUcontext ctx;
     CUstream s, t;
+    /* before any pool is used: the magazine capacity the pools will use */
+    char first[512] = "";
+    FILE *ff = fmemopen(first, sizeof(first) - 1, "w");
+    cupool_stats_print(ff);
+    fclose(ff);
+    if (!strstr(first, "magazine 4")) {
+        fprintf(stderr, "static_link: expected CUPOOL_MAGAZINE_SIZE=4 before use: %s\n", first);
+        return 1;
+    }
     if (cupool_init() != CUDA_SUCCESS ||
         cupool_driver_get_proc("cuDeviceGet", 2000, (void **)&get) != CUDA_SUCCESS ||
         cupool_driver_get_proc("cuDevicePrimaryCtxRetain", 7000, (void **)&retain) != CUDA_SUCCESS ||
@@ -28,6 +47,10 @@ int main(void)
     fclose(f);
     if (!strstr(buf, "bytes from libc")) {
         fprintf(stderr, "static_link: expected libc metadata: %s\n", buf);
+        return 1;
+    }
+    if (!strstr(buf, "magazine 4")) {
+        fprintf(stderr, "static_link: expected CUPOOL_MAGAZINE_SIZE=4 in use: %s\n", buf);
         return 1;
     }
     printf("static archive: pooled stream reused, metadata from libc\n");

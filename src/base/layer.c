@@ -3,14 +3,27 @@
 #include "base/internal.h"
 #include "base/layer.h"
 
+#include <pthread.h>
+
 #define MAX_RANK CUPOOL_LAYER_DROPIN
-static const struct cupool__layer *layers[MAX_RANK + 1]; /* by rank; filled before main */
+static const struct cupool__layer *layers[MAX_RANK + 1]; /* by rank */
 struct cupool__driver_hooks cupool__driver_hooks;
+/* Whether cupool__layers_init() ran: a layer registered after it (its constructor ran after
+ * a constructor of the program's that initialised cupool, as in a static executable) gets its
+ * init hook at registration. layer_lock serialises the two; it is taken under init_lock and
+ * takes no other lock (docs/design.md, "Locks"). */
+static pthread_mutex_t layer_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool inited;
 
 void cupool__layer_register(const struct cupool__layer *layer)
 {
-    if (layer && layer->rank >= 1 && layer->rank <= MAX_RANK)
-        layers[layer->rank] = layer;
+    if (!layer || layer->rank < 1 || layer->rank > MAX_RANK)
+        return;
+    pthread_mutex_lock(&layer_lock);
+    layers[layer->rank] = layer;
+    if (inited && layer->init)
+        layer->init();
+    pthread_mutex_unlock(&layer_lock);
 }
 
 #define WALK(hook, args)                                                                    \
@@ -20,7 +33,10 @@ void cupool__layer_register(const struct cupool__layer *layer)
 
 void cupool__layers_init(void)
 {
+    pthread_mutex_lock(&layer_lock);
     WALK(init, ())
+    inited = true;
+    pthread_mutex_unlock(&layer_lock);
 }
 
 void cupool__layers_close(bool all_threads)

@@ -4,9 +4,11 @@
  * initialisation, exit, unload and fork, cupool_trim, the statistics and the maintenance
  * thread's rounds. Each registers its hooks from a constructor of its own, so base and the
  * layers below never call up by name (docs/design.md, "Layout").
- * Contract: registration happens before main (constructors), under no lock, and never after
- * a hook may run; the table is read-only afterwards, so the cupool__layers_* walks take no
- * lock. Hooks run on the thread that calls the walk, in rank order.
+ * Contract: registration happens in constructors, before any hook of that layer is needed
+ * (its code cannot run before its own constructor, but another constructor may initialise
+ * cupool first: a layer registered after initialisation gets its init hook at once). The
+ * walks other than init take no lock: a slot is written once, a pointer store. Hooks run on
+ * the thread that calls the walk, in rank order.
  */
 #ifndef CUPOOL_LAYER_H
 #define CUPOOL_LAYER_H
@@ -18,7 +20,8 @@ enum cupool__layer_rank { CUPOOL_LAYER_POOL = 1, CUPOOL_LAYER_GRAPH = 2, CUPOOL_
 /* A layer's hooks; any may be NULL. */
 struct cupool__layer {
     enum cupool__layer_rank rank;
-    /* at the first initialisation attempt, after the configuration is read */
+    /* at the first initialisation attempt, after the configuration is read; or at
+     * registration, when that came later */
     void (*init)(void);
     /* destroy what is idle while the driver still answers; the calling thread is the closer
      * (cupool__closer). all_threads: unload (no thread may be inside the library); else exit */

@@ -215,7 +215,7 @@ static bool init_failure_is_permanent(CUresult r)
     }
 }
 
-/* Initialisation; held across the driver's loading; nests with no other cupool lock
+/* Initialisation; held across the driver's loading; only layer_lock is taken under it
  * (docs/design.md, "Locks"). */
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic bool init_permanent; /* FAILED for good */

@@ -51,6 +51,9 @@ static _Atomic(gpa2_fn) real_gpa2;
 static bool pass_through;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+static void preload_own_entries(void *h);
+static const char *preload_driver_hint(void);
+
 static void preload_init(void)
 {
     real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
@@ -58,6 +61,11 @@ static void preload_init(void)
         real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
     const char *d = getenv("CUPOOL_DISABLE");
     pass_through = d && *d && strcmp(d, "0") != 0;
+    /* what the driver loader asks of the preload (base/layer.h): here, not in the
+     * constructor, for every way into this library's cupool passes through an export that
+     * runs this first, while a constructor of the program's libraries may run before ours */
+    cupool__driver_hooks.own_entries = preload_own_entries;
+    cupool__driver_hooks.driver_hint = preload_driver_hint;
 }
 
 static inline void init(void)
@@ -65,16 +73,10 @@ static inline void init(void)
     pthread_once(&once, preload_init);
 }
 
-static void preload_own_entries(void *h);
-static const char *preload_driver_hint(void);
-
-/* Early, so that the dlsym stub has libc's dlsym before the program's code runs; and what the
- * driver loader asks of the preload (base/layer.h). */
+/* Early, so that the dlsym stub has libc's dlsym before the program's code runs. */
 __attribute__((constructor)) static void preload_ctor(void)
 {
     init();
-    cupool__driver_hooks.own_entries = preload_own_entries;
-    cupool__driver_hooks.driver_hint = preload_driver_hint;
 }
 
 static bool same_object(const void *a, const void *b);

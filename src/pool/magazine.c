@@ -2,6 +2,9 @@
 #include "base/internal.h"
 #include "pool/magazine.h"
 #include "base/alloc.h"
+#include "base/config.h"
+
+#include <pthread.h>
 
 void (*cupool__stack_pop_hook)(struct cupool__mag_stack *, struct cupool__magazine *);
 
@@ -14,9 +17,26 @@ static _Atomic(struct cupool__magazine **) chunks[MAX_CHUNKS];
 static _Atomic uint32_t next_id = 1;
 static struct cupool__mag_stack empty_stack;
 
+/* The capacity is fixed before the first magazine is made, for magazines are allocated with
+ * it: set by cupool__mag_init (the pool layer's init hook, or a test), else taken from the
+ * configuration by the first mag_new; once a magazine exists it never changes (a pool layer
+ * whose hooks registered late, after a magazine was made, keeps the capacity in use). */
+static _Atomic bool sized, frozen;
+static pthread_once_t freeze_once = PTHREAD_ONCE_INIT;
+
 void cupool__mag_init(uint32_t capacity)
 {
+    if (atomic_load_explicit(&frozen, CUPOOL_ACQUIRE))
+        return;
     cupool__hot.mag_capacity = capacity;
+    atomic_store_explicit(&sized, true, CUPOOL_RELEASE);
+}
+
+static void freeze(void)
+{
+    if (!atomic_load_explicit(&sized, CUPOOL_ACQUIRE))
+        cupool__mag_init(cupool__cfg.magazine_size);
+    atomic_store_explicit(&frozen, true, CUPOOL_RELEASE);
 }
 
 static struct cupool__magazine *by_id(uint32_t id)
@@ -28,6 +48,8 @@ static struct cupool__magazine *by_id(uint32_t id)
 
 static struct cupool__magazine *mag_new(void)
 {
+    if (CUPOOL_UNLIKELY(!atomic_load_explicit(&frozen, CUPOOL_ACQUIRE)))
+        pthread_once(&freeze_once, freeze);
     uint32_t id = atomic_fetch_add_explicit(&next_id, 1, CUPOOL_RELAXED);
     uint32_t c = id >> CHUNK_BITS;
     if (c >= MAX_CHUNKS)

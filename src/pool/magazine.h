@@ -42,7 +42,7 @@ struct cupool__mag_stack {
     _Atomic uint64_t head;   /* generation << 32 | magazine id */
 };
 
-/* Sets the capacity; before the first cupool__mag_get(). */
+/* Sets the capacity (count); ignored once a magazine exists (see magazine.c). */
 void cupool__mag_init(uint32_t capacity);
 
 /* An empty magazine: from the global empty stack or newly allocated; NULL if out of memory. */
