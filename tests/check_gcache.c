@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The graph cache's bookkeeping (src/graph/cache.c, graveyard.c, launch.c), reached through
+ * the graph layer's internal interface: which entry the bound evicts (least recently
+ * launched), the epoch an eviction moves on (so no thread's hint claims an entry without the
+ * lock afterwards), and the graveyard that keeps an evicted exec whose launch still runs.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+
+#include "testutil.h"
+#include <stdlib.h>
+
+#include "graph/graph_impl.h"
+
+static struct tu_kernels k;
+static CUdeviceptr mem;
+static CUstream s1;
+
+static void setup(void)
+{
+    setenv("CUPOOL_GRAPH_CACHE_ENTRIES", "3", 1);
+    tu_setup();
+    tu_load_kernels(&k);
+    TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuMemAlloc(&mem, 64));
+}
+
+static void teardown(void)
+{
+    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(tu.cuStreamDestroy(s1));
+    TU_OK(tu.cuMemFree(mem));
+}
+
+/* A pipeline of `n` add_u32 kernels: n is its structure. */
+static cupool_pipeline_t pipeline_of(int n)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int i = 0; i < n; i++) {
+        unsigned v = 1;
+        void *args[] = {&mem, &v};
+        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+    return p;
+}
+
+/* Whether the cache holds the entry of p's last launch. */
+static bool cached(cupool_pipeline_t pl)
+{
+    struct cupool_pipeline *p = cupool__pipeline_of(pl);
+    pthread_mutex_lock(&cupool__cache_lock);
+    struct gentry *e = cupool__lookup(p->last_hash, p->last_ctx_id, p->sig, p->last_nsig);
+    pthread_mutex_unlock(&cupool__cache_lock);
+    return e != NULL;
+}
+
+static cupool_graph_stats_t gstats(void)
+{
+    cupool_graph_stats_t st;
+    TU_OK(cupool_graph_stats_get(&st));
+    return st;
+}
+
+START_TEST(the_bound_evicts_the_least_recently_launched)
+{
+    cupool_pipeline_t p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = pipeline_of(i + 1);
+    for (int i = 0; i < 3; i++)
+        TU_OK(cupool_pipeline_launch(p[i], s1));
+    TU_OK(cupool_pipeline_launch(p[0], s1)); /* p[1] is now the least recently launched */
+    TU_OK(tu.cuStreamSynchronize(s1));
+    uint64_t epoch = atomic_load(&cupool__cache_epoch.v);
+    uint64_t evicted = gstats().evictions;
+    TU_OK(cupool_pipeline_launch(p[3], s1));
+    ck_assert_uint_eq(gstats().evictions, evicted + 1);
+    ck_assert(cached(p[0]));
+    ck_assert(!cached(p[1]));
+    ck_assert(cached(p[2]));
+    ck_assert(cached(p[3]));
+    /* the eviction moved the epoch on */
+    ck_assert_uint_gt(atomic_load(&cupool__cache_epoch.v), epoch);
+    TU_OK(tu.cuStreamSynchronize(s1));
+    for (int i = 0; i < 4; i++)
+        cupool_pipeline_destroy(p[i]);
+}
+END_TEST
+
+/* A repeat launch claims its exec without the lock; once an eviction moved the epoch on, the
+ * thread's hint is not trusted: the next launch takes the lock, and the one after is
+ * lock-free again. */
+START_TEST(an_eviction_makes_the_next_claim_take_the_lock)
+{
+    cupool_pipeline_t a = pipeline_of(1), b = pipeline_of(2), c = pipeline_of(3),
+                      d = pipeline_of(4);
+    TU_OK(cupool_pipeline_launch(a, s1));
+    TU_OK(cupool_pipeline_launch(a, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    cupool_graph_stats_t st0 = gstats();
+    TU_OK(cupool_pipeline_launch(a, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    cupool_graph_stats_t st1 = gstats();
+    ck_assert_uint_eq(st1.claims_lock_free, st0.claims_lock_free + 1);
+    TU_OK(cupool_pipeline_launch(b, s1));
+    TU_OK(cupool_pipeline_launch(c, s1));
+    TU_OK(cupool_pipeline_launch(a, s1)); /* a stays the most recent of the three */
+    TU_OK(cupool_pipeline_launch(d, s1)); /* evicts b: the epoch moves */
+    TU_OK(tu.cuStreamSynchronize(s1));
+    ck_assert(cached(a));
+    cupool_graph_stats_t st2 = gstats();
+    TU_OK(cupool_pipeline_launch(a, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    cupool_graph_stats_t st3 = gstats();
+    ck_assert_uint_eq(st3.claims_locked, st2.claims_locked + 1);
+    ck_assert_uint_eq(st3.claims_lock_free, st2.claims_lock_free);
+    TU_OK(cupool_pipeline_launch(a, s1));
+    TU_OK(tu.cuStreamSynchronize(s1));
+    ck_assert_uint_eq(gstats().claims_lock_free, st3.claims_lock_free + 1);
+    cupool_pipeline_destroy(a);
+    cupool_pipeline_destroy(b);
+    cupool_pipeline_destroy(c);
+    cupool_pipeline_destroy(d);
+}
+END_TEST
+
+/* An exec evicted while its launch still runs waits in the graveyard, and is destroyed once
+ * the launch has finished. */
+START_TEST(an_evicted_running_exec_waits_in_the_graveyard)
+{
+    ck_assert_msg(tu_fake.present, "simulated driver expected");
+    cupool_pipeline_t spin;
+    TU_OK(cupool_pipeline_create(&spin));
+    unsigned long long ns = 300000000; /* 300 ms: longer than the three launches that evict it */
+    void *args[] = {&ns};
+    TU_OK(cupool_pipeline_kernel(spin, k.spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    TU_OK(cupool_pipeline_launch(spin, s1));
+    int execs_running = tu_fake.live_execs();
+    /* three other structures on another stream evict the spinning one */
+    CUstream s2;
+    TU_OK(tu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    cupool_pipeline_t p[3];
+    for (int i = 0; i < 3; i++) {
+        p[i] = pipeline_of(i + 1);
+        TU_OK(cupool_pipeline_launch(p[i], s2));
+    }
+    ck_assert(!cached(spin));
+    /* its exec is not destroyed under the running launch: it is buried */
+    ck_assert_int_gt(atomic_load(&cupool__graves_due), 0);
+    ck_assert_int_ge(tu_fake.live_execs(), execs_running);
+    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(tu.cuStreamSynchronize(s2));
+    TU_OK(cupool_trim()); /* reaps what has finished, and drops every idle entry */
+    ck_assert_int_eq(atomic_load(&cupool__graves_due), 0);
+    ck_assert_int_eq(tu_fake.live_execs(), 0);
+    cupool_pipeline_destroy(spin);
+    for (int i = 0; i < 3; i++)
+        cupool_pipeline_destroy(p[i]);
+    TU_OK(tu.cuStreamDestroy(s2));
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("graph cache");
+    TCase *tc = tcase_create("cache");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, the_bound_evicts_the_least_recently_launched);
+    tcase_add_test(tc, an_eviction_makes_the_next_claim_take_the_lock);
+    tcase_add_test(tc, an_evicted_running_exec_waits_in_the_graveyard);
+    suite_add_tcase(s, tc);
+    return tu_run(s);
+}
