@@ -352,41 +352,126 @@ static void die(const char *fmt, ...)
  * Entry points: names, call counters, fault injection, common prologue
  * ======================================================================================== */
 
-#define FC_ENTRIES(X)                                                                       \
-    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuGetProcAddress) \
-    X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetName) X(cuDeviceGetAttribute)            \
-    X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxReset)      \
-    X(cuDevicePrimaryCtxGetState)                                                           \
-    X(cuCtxCreate) X(cuCtxDestroy) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxPushCurrent) \
-    X(cuCtxPopCurrent) X(cuCtxGetId) X(cuCtxGetDevice) X(cuCtxSynchronize)                  \
-    X(cuCtxGetStreamPriorityRange)                                                          \
-    X(cuStreamCreate) X(cuStreamCreateWithPriority) X(cuStreamDestroy) X(cuStreamQuery)      \
-    X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuStreamGetFlags) X(cuStreamGetPriority)   \
-    X(cuStreamGetCtx) X(cuStreamGetId) X(cuStreamIsCapturing) X(cuStreamBeginCapture)        \
-    X(cuStreamEndCapture) X(cuStreamGetCaptureInfo) X(cuLaunchHostFunc)                      \
-    X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)                      \
-    X(cuEventSynchronize) X(cuEventElapsedTime)                                             \
-    X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)          \
-    X(cuMemcpyDtoHAsync) X(cuMemcpyAsync) X(cuMemsetD8) X(cuMemsetD32) X(cuMemsetD8Async) X(cuMemsetD32Async) \
-    X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)          \
-    X(cuLaunchKernelEx) X(cuGraphKernelNodeGetAttribute)                                    \
-    X(cuGraphKernelNodeSetParams) X(cuGraphMemsetNodeSetParams) X(cuGraphMemcpyNodeSetParams) \
-    X(cuGraphHostNodeSetParams) X(cuGraphEventRecordNodeSetEvent)                           \
-    X(cuGraphEventWaitNodeSetEvent)                                                         \
-    X(cuFuncGetParamInfo) X(cuGraphCreate) X(cuGraphDestroy) X(cuGraphAddKernelNode)         \
-    X(cuGraphAddMemsetNode) X(cuGraphAddMemcpyNode) X(cuGraphAddHostNode)                    \
-    X(cuGraphAddEmptyNode) X(cuGraphAddEventRecordNode) X(cuGraphAddEventWaitNode)           \
-    X(cuGraphAddDependencies) X(cuGraphGetNodes) X(cuGraphNodeGetType) X(cuGraphInstantiate) \
-    X(cuGraphExecDestroy) X(cuGraphLaunch) X(cuGraphExecKernelNodeSetParams)                 \
-    X(cuGraphExecMemsetNodeSetParams) X(cuGraphExecMemcpyNodeSetParams)                      \
-    X(cuGraphExecHostNodeSetParams) X(cuGraphExecEventRecordNodeSetEvent)                    \
-    X(cuGraphExecEventWaitNodeSetEvent) X(cuGraphExecUpdate) X(cuGraphDebugDotPrint)       \
-    X(cuGraphClone) X(cuGraphNodeFindInClone)
+/* The one table of the entry points: X(name, version, fn) is an entry point (its call
+ * counter, its fault injection, and its first form for cuGetProcAddress: the CUDA version
+ * that introduced it and the function); Y(name, version, fn) is another form of the entry
+ * before it (a newer ABI, or another name counted with it) for cuGetProcAddress only. */
+#define FC_ENTRIES(X, Y) \
+    X(cuInit, 2000, cuInit) \
+    X(cuDriverGetVersion, 2020, cuDriverGetVersion) \
+    X(cuGetErrorName, 6000, cuGetErrorName) \
+    X(cuGetErrorString, 6000, cuGetErrorString) \
+    X(cuGetProcAddress, 11030, cuGetProcAddress) \
+    Y(cuGetProcAddress, 12000, cuGetProcAddress_v2) \
+    X(cuDeviceGet, 2000, cuDeviceGet) \
+    X(cuDeviceGetCount, 2000, cuDeviceGetCount) \
+    X(cuDeviceGetName, 2000, cuDeviceGetName) \
+    X(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute) \
+    X(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain) \
+    X(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease) \
+    Y(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2) \
+    X(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset) \
+    Y(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2) \
+    X(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState) \
+    X(cuCtxCreate, 3020, cuCtxCreate_v2) \
+    Y(cuCtxCreate, 12050, cuCtxCreate_v4) \
+    X(cuCtxDestroy, 2000, cuCtxDestroy) \
+    Y(cuCtxDestroy, 4000, cuCtxDestroy_v2) \
+    X(cuCtxSetCurrent, 4000, cuCtxSetCurrent) \
+    X(cuCtxGetCurrent, 4000, cuCtxGetCurrent) \
+    X(cuCtxPushCurrent, 2000, cuCtxPushCurrent) \
+    Y(cuCtxPushCurrent, 4000, cuCtxPushCurrent_v2) \
+    X(cuCtxPopCurrent, 2000, cuCtxPopCurrent) \
+    Y(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2) \
+    X(cuCtxGetId, 12000, cuCtxGetId) \
+    X(cuCtxGetDevice, 2000, cuCtxGetDevice) \
+    X(cuCtxSynchronize, 2000, cuCtxSynchronize) \
+    X(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange) \
+    X(cuStreamCreate, 2000, cuStreamCreate) \
+    X(cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority) \
+    X(cuStreamDestroy, 2000, cuStreamDestroy) \
+    Y(cuStreamDestroy, 4000, cuStreamDestroy_v2) \
+    X(cuStreamQuery, 2000, cuStreamQuery) \
+    X(cuStreamSynchronize, 2000, cuStreamSynchronize) \
+    X(cuStreamWaitEvent, 2000, cuStreamWaitEvent) \
+    X(cuStreamGetFlags, 5050, cuStreamGetFlags) \
+    X(cuStreamGetPriority, 5050, cuStreamGetPriority) \
+    X(cuStreamGetCtx, 9020, cuStreamGetCtx) \
+    X(cuStreamGetId, 12000, cuStreamGetId) \
+    X(cuStreamIsCapturing, 10000, cuStreamIsCapturing) \
+    X(cuStreamBeginCapture, 10000, cuStreamBeginCapture) \
+    Y(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2) \
+    X(cuStreamEndCapture, 10000, cuStreamEndCapture) \
+    X(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo) \
+    Y(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2) \
+    Y(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3) \
+    X(cuLaunchHostFunc, 10000, cuLaunchHostFunc) \
+    X(cuEventCreate, 2000, cuEventCreate) \
+    X(cuEventDestroy, 2000, cuEventDestroy) \
+    Y(cuEventDestroy, 4000, cuEventDestroy_v2) \
+    X(cuEventRecord, 2000, cuEventRecord) \
+    X(cuEventQuery, 2000, cuEventQuery) \
+    X(cuEventSynchronize, 2000, cuEventSynchronize) \
+    X(cuEventElapsedTime, 2000, cuEventElapsedTime) \
+    Y(cuEventElapsedTime, 12080, cuEventElapsedTime_v2) \
+    X(cuMemAlloc, 3020, cuMemAlloc_v2) \
+    X(cuMemFree, 3020, cuMemFree_v2) \
+    X(cuMemcpyHtoD, 3020, cuMemcpyHtoD_v2) \
+    X(cuMemcpyDtoH, 3020, cuMemcpyDtoH_v2) \
+    X(cuMemcpyHtoDAsync, 3020, cuMemcpyHtoDAsync_v2) \
+    X(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2) \
+    X(cuMemcpyAsync, 4000, cuMemcpyAsync) \
+    X(cuMemsetD8, 3020, cuMemsetD8_v2) \
+    X(cuMemsetD32, 3020, cuMemsetD32_v2) \
+    X(cuMemsetD8Async, 3020, cuMemsetD8Async) \
+    X(cuMemsetD32Async, 3020, cuMemsetD32Async) \
+    X(cuModuleLoadData, 2000, cuModuleLoadData) \
+    X(cuModuleUnload, 2000, cuModuleUnload) \
+    X(cuModuleGetFunction, 2000, cuModuleGetFunction) \
+    X(cuLaunchKernel, 4000, cuLaunchKernel) \
+    X(cuLaunchKernelEx, 11060, cuLaunchKernelEx) \
+    X(cuGraphKernelNodeGetAttribute, 11000, cuGraphKernelNodeGetAttribute) \
+    X(cuGraphKernelNodeSetParams, 12000, cuGraphKernelNodeSetParams_v2) \
+    X(cuGraphMemsetNodeSetParams, 10000, cuGraphMemsetNodeSetParams) \
+    X(cuGraphMemcpyNodeSetParams, 10000, cuGraphMemcpyNodeSetParams) \
+    X(cuGraphHostNodeSetParams, 10000, cuGraphHostNodeSetParams) \
+    X(cuGraphEventRecordNodeSetEvent, 11010, cuGraphEventRecordNodeSetEvent) \
+    X(cuGraphEventWaitNodeSetEvent, 11010, cuGraphEventWaitNodeSetEvent) \
+    X(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo) \
+    X(cuGraphCreate, 10000, cuGraphCreate) \
+    X(cuGraphDestroy, 10000, cuGraphDestroy) \
+    X(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2) \
+    X(cuGraphAddMemsetNode, 10000, cuGraphAddMemsetNode) \
+    X(cuGraphAddMemcpyNode, 10000, cuGraphAddMemcpyNode) \
+    X(cuGraphAddHostNode, 10000, cuGraphAddHostNode) \
+    X(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode) \
+    X(cuGraphAddEventRecordNode, 11010, cuGraphAddEventRecordNode) \
+    X(cuGraphAddEventWaitNode, 11010, cuGraphAddEventWaitNode) \
+    X(cuGraphAddDependencies, 10000, cuGraphAddDependencies) \
+    Y(cuGraphAddDependencies, 12030, cuGraphAddDependencies_v2) \
+    X(cuGraphGetNodes, 10000, cuGraphGetNodes) \
+    X(cuGraphNodeGetType, 10000, cuGraphNodeGetType) \
+    X(cuGraphInstantiate, 10000, cuGraphInstantiate_v2) \
+    Y(cuGraphInstantiate, 11000, cuGraphInstantiate_v2) \
+    Y(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags) \
+    X(cuGraphExecDestroy, 10000, cuGraphExecDestroy) \
+    X(cuGraphLaunch, 10000, cuGraphLaunch) \
+    X(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2) \
+    X(cuGraphExecMemsetNodeSetParams, 10020, cuGraphExecMemsetNodeSetParams) \
+    X(cuGraphExecMemcpyNodeSetParams, 10020, cuGraphExecMemcpyNodeSetParams) \
+    X(cuGraphExecHostNodeSetParams, 10020, cuGraphExecHostNodeSetParams) \
+    X(cuGraphExecEventRecordNodeSetEvent, 11010, cuGraphExecEventRecordNodeSetEvent) \
+    X(cuGraphExecEventWaitNodeSetEvent, 11010, cuGraphExecEventWaitNodeSetEvent) \
+    X(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2) \
+    X(cuGraphDebugDotPrint, 11030, cuGraphDebugDotPrint) \
+    X(cuGraphClone, 10000, cuGraphClone) \
+    X(cuGraphNodeFindInClone, 10000, cuGraphNodeFindInClone)
 
-#define FC_ENUM(n) E_##n,
-#define FC_NAME(n) #n,
-enum { FC_ENTRIES(FC_ENUM) E_COUNT };
-static const char *const g_entry_names[E_COUNT] = {FC_ENTRIES(FC_NAME)};
+#define FC_ENUM(n, v, f) E_##n,
+#define FC_NAME(n, v, f) #n,
+#define FC_NONE(n, v, f)
+enum { FC_ENTRIES(FC_ENUM, FC_NONE) E_COUNT };
+static const char *const g_entry_names[E_COUNT] = {FC_ENTRIES(FC_NAME, FC_NONE)};
 
 static unsigned long g_calls[E_COUNT];
 static __thread unsigned long tl_calls[E_COUNT]; /* the calling thread's own */
@@ -4028,119 +4113,9 @@ struct fc_proc {
     void (*fn)(void);
 };
 
-#define PROC(name, version, fn) {#name, version, (void (*)(void))fn}
+#define PROC(name, version, fn) {#name, version, (void (*)(void))fn},
 
-static const struct fc_proc g_procs[] = {
-    PROC(cuInit, 2000, cuInit),
-    PROC(cuDriverGetVersion, 2020, cuDriverGetVersion),
-    PROC(cuGetErrorName, 6000, cuGetErrorName),
-    PROC(cuGetErrorString, 6000, cuGetErrorString),
-    PROC(cuGetProcAddress, 11030, cuGetProcAddress),
-    PROC(cuGetProcAddress, 12000, cuGetProcAddress_v2),
-    PROC(cuDeviceGet, 2000, cuDeviceGet),
-    PROC(cuDeviceGetCount, 2000, cuDeviceGetCount),
-    PROC(cuDeviceGetName, 2000, cuDeviceGetName),
-    PROC(cuDeviceGetAttribute, 2000, cuDeviceGetAttribute),
-    PROC(cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain),
-    PROC(cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease),
-    PROC(cuDevicePrimaryCtxRelease, 11000, cuDevicePrimaryCtxRelease_v2),
-    PROC(cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset),
-    PROC(cuDevicePrimaryCtxReset, 11000, cuDevicePrimaryCtxReset_v2),
-    PROC(cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState),
-    PROC(cuCtxCreate, 3020, cuCtxCreate_v2),
-    PROC(cuCtxCreate, 12050, cuCtxCreate_v4),
-    PROC(cuCtxDestroy, 2000, cuCtxDestroy),
-    PROC(cuCtxDestroy, 4000, cuCtxDestroy_v2),
-    PROC(cuCtxSetCurrent, 4000, cuCtxSetCurrent),
-    PROC(cuCtxGetCurrent, 4000, cuCtxGetCurrent),
-    PROC(cuCtxPushCurrent, 2000, cuCtxPushCurrent),
-    PROC(cuCtxPushCurrent, 4000, cuCtxPushCurrent_v2),
-    PROC(cuCtxPopCurrent, 2000, cuCtxPopCurrent),
-    PROC(cuCtxPopCurrent, 4000, cuCtxPopCurrent_v2),
-    PROC(cuCtxGetId, 12000, cuCtxGetId),
-    PROC(cuCtxGetDevice, 2000, cuCtxGetDevice),
-    PROC(cuCtxSynchronize, 2000, cuCtxSynchronize),
-    PROC(cuCtxGetStreamPriorityRange, 5050, cuCtxGetStreamPriorityRange),
-    PROC(cuStreamCreate, 2000, cuStreamCreate),
-    PROC(cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority),
-    PROC(cuStreamDestroy, 2000, cuStreamDestroy),
-    PROC(cuStreamDestroy, 4000, cuStreamDestroy_v2),
-    PROC(cuStreamQuery, 2000, cuStreamQuery),
-    PROC(cuStreamSynchronize, 2000, cuStreamSynchronize),
-    PROC(cuStreamWaitEvent, 2000, cuStreamWaitEvent),
-    PROC(cuStreamGetFlags, 5050, cuStreamGetFlags),
-    PROC(cuStreamGetPriority, 5050, cuStreamGetPriority),
-    PROC(cuStreamGetCtx, 9020, cuStreamGetCtx),
-    PROC(cuStreamGetId, 12000, cuStreamGetId),
-    PROC(cuStreamIsCapturing, 10000, cuStreamIsCapturing),
-    PROC(cuStreamBeginCapture, 10000, cuStreamBeginCapture),
-    PROC(cuStreamBeginCapture, 10010, cuStreamBeginCapture_v2),
-    PROC(cuStreamEndCapture, 10000, cuStreamEndCapture),
-    PROC(cuStreamGetCaptureInfo, 10010, cuStreamGetCaptureInfo),
-    PROC(cuStreamGetCaptureInfo, 11030, cuStreamGetCaptureInfo_v2),
-    PROC(cuStreamGetCaptureInfo, 12030, cuStreamGetCaptureInfo_v3),
-    PROC(cuLaunchHostFunc, 10000, cuLaunchHostFunc),
-    PROC(cuEventCreate, 2000, cuEventCreate),
-    PROC(cuEventDestroy, 2000, cuEventDestroy),
-    PROC(cuEventDestroy, 4000, cuEventDestroy_v2),
-    PROC(cuEventRecord, 2000, cuEventRecord),
-    PROC(cuEventQuery, 2000, cuEventQuery),
-    PROC(cuEventSynchronize, 2000, cuEventSynchronize),
-    PROC(cuEventElapsedTime, 2000, cuEventElapsedTime),
-    PROC(cuEventElapsedTime, 12080, cuEventElapsedTime_v2),
-    PROC(cuMemAlloc, 3020, cuMemAlloc_v2),
-    PROC(cuMemFree, 3020, cuMemFree_v2),
-    PROC(cuMemcpyHtoD, 3020, cuMemcpyHtoD_v2),
-    PROC(cuMemcpyDtoH, 3020, cuMemcpyDtoH_v2),
-    PROC(cuMemcpyHtoDAsync, 3020, cuMemcpyHtoDAsync_v2),
-    PROC(cuMemcpyDtoHAsync, 3020, cuMemcpyDtoHAsync_v2),
-    PROC(cuMemsetD8, 3020, cuMemsetD8_v2),
-    PROC(cuMemsetD32, 3020, cuMemsetD32_v2),
-    PROC(cuMemcpyAsync, 4000, cuMemcpyAsync),
-    PROC(cuMemsetD8Async, 3020, cuMemsetD8Async),
-    PROC(cuMemsetD32Async, 3020, cuMemsetD32Async),
-    PROC(cuModuleLoadData, 2000, cuModuleLoadData),
-    PROC(cuModuleUnload, 2000, cuModuleUnload),
-    PROC(cuModuleGetFunction, 2000, cuModuleGetFunction),
-    PROC(cuLaunchKernel, 4000, cuLaunchKernel),
-    PROC(cuLaunchKernelEx, 11060, cuLaunchKernelEx),
-    PROC(cuGraphKernelNodeGetAttribute, 11000, cuGraphKernelNodeGetAttribute),
-    PROC(cuGraphKernelNodeSetParams, 12000, cuGraphKernelNodeSetParams_v2),
-    PROC(cuGraphMemsetNodeSetParams, 10000, cuGraphMemsetNodeSetParams),
-    PROC(cuGraphMemcpyNodeSetParams, 10000, cuGraphMemcpyNodeSetParams),
-    PROC(cuGraphHostNodeSetParams, 10000, cuGraphHostNodeSetParams),
-    PROC(cuGraphEventRecordNodeSetEvent, 11010, cuGraphEventRecordNodeSetEvent),
-    PROC(cuGraphEventWaitNodeSetEvent, 11010, cuGraphEventWaitNodeSetEvent),
-    PROC(cuFuncGetParamInfo, 12040, cuFuncGetParamInfo),
-    PROC(cuGraphCreate, 10000, cuGraphCreate),
-    PROC(cuGraphDestroy, 10000, cuGraphDestroy),
-    PROC(cuGraphAddKernelNode, 12000, cuGraphAddKernelNode_v2),
-    PROC(cuGraphAddMemsetNode, 10000, cuGraphAddMemsetNode),
-    PROC(cuGraphAddMemcpyNode, 10000, cuGraphAddMemcpyNode),
-    PROC(cuGraphAddHostNode, 10000, cuGraphAddHostNode),
-    PROC(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode),
-    PROC(cuGraphAddEventRecordNode, 11010, cuGraphAddEventRecordNode),
-    PROC(cuGraphAddEventWaitNode, 11010, cuGraphAddEventWaitNode),
-    PROC(cuGraphAddDependencies, 10000, cuGraphAddDependencies),
-    PROC(cuGraphAddDependencies, 12030, cuGraphAddDependencies_v2),
-    PROC(cuGraphGetNodes, 10000, cuGraphGetNodes),
-    PROC(cuGraphNodeGetType, 10000, cuGraphNodeGetType),
-    PROC(cuGraphInstantiate, 10000, cuGraphInstantiate_v2),
-    PROC(cuGraphInstantiate, 11000, cuGraphInstantiate_v2),
-    PROC(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags),
-    PROC(cuGraphExecDestroy, 10000, cuGraphExecDestroy),
-    PROC(cuGraphLaunch, 10000, cuGraphLaunch),
-    PROC(cuGraphClone, 10000, cuGraphClone),
-    PROC(cuGraphNodeFindInClone, 10000, cuGraphNodeFindInClone),
-    PROC(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2),
-    PROC(cuGraphExecMemsetNodeSetParams, 10020, cuGraphExecMemsetNodeSetParams),
-    PROC(cuGraphExecMemcpyNodeSetParams, 10020, cuGraphExecMemcpyNodeSetParams),
-    PROC(cuGraphExecHostNodeSetParams, 10020, cuGraphExecHostNodeSetParams),
-    PROC(cuGraphExecEventRecordNodeSetEvent, 11010, cuGraphExecEventRecordNodeSetEvent),
-    PROC(cuGraphExecEventWaitNodeSetEvent, 11010, cuGraphExecEventWaitNodeSetEvent),
-    PROC(cuGraphExecUpdate, 12000, cuGraphExecUpdate_v2),
-    PROC(cuGraphDebugDotPrint, 11030, cuGraphDebugDotPrint),
-};
+static const struct fc_proc g_procs[] = {FC_ENTRIES(PROC, PROC)};
 
 /* The newest form of symbol introduced at or before cudaVersion. Per-thread-default-stream
  * lookups get the same functions (the NULL stream is always the legacy one here). */
