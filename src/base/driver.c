@@ -14,6 +14,19 @@
 CUPOOL_TLS_IE bool cupool__closer;
 _Atomic uint32_t cupool__drv_anon;
 
+/* The driver said CUDA_ERROR_DEINITIALIZED (state.h). */
+void cupool__driver_died(void)
+{
+    atomic_store(&cupool__hot.driver_gone, true);
+    int expected = CUPOOL_ST_RUNNING;
+    if (!atomic_compare_exchange_strong(&cupool__hot.state, &expected, CUPOOL_ST_DEAD)) {
+        expected = CUPOOL_ST_PASSTHROUGH;
+        atomic_compare_exchange_strong(&cupool__hot.state, &expected, CUPOOL_ST_DEAD);
+    }
+    cupool__log(CUPOOL_LOG_INFO, "the driver returned CUDA_ERROR_DEINITIALIZED: cupool will not "
+                                 "call it again");
+}
+
 void cupool__driver_quiesce(void)
 {
     cupool__membarrier();

@@ -8,7 +8,7 @@
 #ifndef CUPOOL_DRIVER_H
 #define CUPOOL_DRIVER_H
 #include "base/internal.h"
-#include "base/lifecycle.h"
+#include "base/state.h"
 #include "base/sync.h"
 #include "base/thread.h"
 
@@ -131,6 +131,18 @@ void cupool__driver_unload(void);
 
 /* cupool_driver_get_proc() behind the public checks. */
 CUresult cupool__driver_get_proc(const char *symbol, int version, void **pfn);
+
+/* The driver said CUDA_ERROR_DEINITIALIZED: RUNNING or PASSTHROUGH become DEAD. */
+void cupool__driver_died(void);
+
+/* Records what a driver call returned: CUDA_ERROR_DEINITIALIZED moves the library to DEAD.
+ * Returns `result`. Every guarded call (CUPOOL_DRV) goes through it. */
+static inline CUresult cupool__driver_result(CUresult result)
+{
+    if (CUPOOL_UNLIKELY(result == CUDA_ERROR_DEINITIALIZED))
+        cupool__driver_died();
+    return result;
+}
 
 /* ---- Driver-call guard ----
  * Every driver call cupool makes is bracketed by cupool__drv_begin()/_end() (CUPOOL_DRV), so

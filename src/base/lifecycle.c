@@ -28,7 +28,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 
-struct cupool__hot cupool__hot = {.state = CUPOOL_ST_UNINIT, .mag_capacity = 16};
 
 
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
@@ -360,18 +359,6 @@ CUresult cupool__enter(void)
     default:
         return cupool__fail(CUDA_ERROR_UNKNOWN, "cupool in unknown state %d", st);
     }
-}
-
-void cupool__driver_died(void)
-{
-    atomic_store(&cupool__hot.driver_gone, true);
-    int expected = CUPOOL_ST_RUNNING;
-    if (!atomic_compare_exchange_strong(&cupool__hot.state, &expected, CUPOOL_ST_DEAD)) {
-        expected = CUPOOL_ST_PASSTHROUGH;
-        atomic_compare_exchange_strong(&cupool__hot.state, &expected, CUPOOL_ST_DEAD);
-    }
-    cupool__log(CUPOOL_LOG_INFO, "the driver returned CUDA_ERROR_DEINITIALIZED: cupool will not "
-                                 "call it again");
 }
 
 CUresult cupool_init(void)

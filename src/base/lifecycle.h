@@ -1,32 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Lifecycle: UNINIT -> RUNNING (or PASSTHROUGH with CUPOOL_DISABLE=1, or FAILED when the driver
- * cannot be loaded) -> EXITING (atexit) / DEAD (the driver said CUDA_ERROR_DEINITIALIZED);
- * FORKED in a child created after initialisation; UNLOADED while dlclose() takes it down.
- * Only RUNNING takes the fast paths; every
- * other state is handled on the slow path, so the fast path checks one relaxed load.
+ * Lifecycle: initialisation, exit, fork and unload, which move the state of base/state.h.
  */
 #ifndef CUPOOL_LIFECYCLE_H
 #define CUPOOL_LIFECYCLE_H
 #include "base/internal.h"
-
-enum cupool__state {
-    CUPOOL_ST_UNINIT = 0,
-    CUPOOL_ST_RUNNING,
-    CUPOOL_ST_PASSTHROUGH, /* CUPOOL_DISABLE=1: acquire creates, release destroys */
-    CUPOOL_ST_FAILED,      /* driver could not be loaded: every call returns the load error */
-    CUPOOL_ST_EXITING,     /* process exit has begun: no driver call ever again */
-    CUPOOL_ST_DEAD,        /* driver reported CUDA_ERROR_DEINITIALIZED: no driver call again */
-    CUPOOL_ST_FORKED,      /* child of fork() after initialisation: nothing works, by design */
-    CUPOOL_ST_UNLOADED     /* the library is being unloaded (dlclose) */
-};
-
-/* An acquire load: a thread that sees RUNNING also sees the driver table initialisation
- * filled in (free on x86; one ordered load on Arm). */
-static inline int cupool__state_now(void)
-{
-    return atomic_load_explicit(&cupool__hot.state, CUPOOL_ACQUIRE);
-}
+#include "base/state.h"
 
 /*
  * Initialises once (configuration, driver) and returns CUDA_SUCCESS when the library may
@@ -34,25 +13,6 @@ static inline int cupool__state_now(void)
  * for cupool_error_string(). For acquire-like calls.
  */
 CUresult cupool__enter(void);
-
-/* True in a child forked after initialisation: the caller must refuse (cupool__enter() gives
- * the error) before it takes any lock or allocates. */
-static inline bool cupool__forked(void)
-{
-    return CUPOOL_UNLIKELY(cupool__state_now() == CUPOOL_ST_FORKED);
-}
-
-/* The driver said CUDA_ERROR_DEINITIALIZED: RUNNING or PASSTHROUGH become DEAD. */
-void cupool__driver_died(void);
-
-/* Records what a driver call returned: CUDA_ERROR_DEINITIALIZED moves the library to DEAD.
- * Returns `result`. Every guarded call (CUPOOL_DRV) goes through it. */
-static inline CUresult cupool__driver_result(CUresult result)
-{
-    if (CUPOOL_UNLIKELY(result == CUDA_ERROR_DEINITIALIZED))
-        cupool__driver_died();
-    return result;
-}
 
 /* Registers, once, the exit handler that tells the destructor the process is ending; at the
  * library's first use (first initialisation attempt, first thread cache). */
