@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "graph/graph_impl.h"
+#include "graph/graveyard.h"
 
 static struct tu_kernels k;
 static CUdeviceptr mem;
@@ -147,12 +148,14 @@ START_TEST(an_evicted_running_exec_waits_in_the_graveyard)
     }
     ck_assert(!cached(spin));
     /* its exec is not destroyed under the running launch: it is buried */
-    ck_assert_int_gt(atomic_load(&cupool__graves_due), 0);
+    int graves = atomic_load(&cupool__graves_due);
+    ck_assert_int_gt(graves, 0);
     ck_assert_int_ge(tu_fake.live_execs(), execs_running);
     TU_OK(tu.cuStreamSynchronize(s1));
     TU_OK(tu.cuStreamSynchronize(s2));
     TU_OK(cupool_trim()); /* reaps what has finished, and drops every idle entry */
-    ck_assert_int_eq(atomic_load(&cupool__graves_due), 0);
+    graves = atomic_load(&cupool__graves_due);
+    ck_assert_int_eq(graves, 0);
     ck_assert_int_eq(tu_fake.live_execs(), 0);
     cupool_pipeline_destroy(spin);
     for (int i = 0; i < 3; i++)

@@ -21,10 +21,6 @@
 
 /* ---- building a pipeline ---- */
 
-struct cupool_pipeline *cupool__pipeline_of(cupool_pipeline_t p)
-{
-    return p && p->magic == PIPELINE_MAGIC ? p : NULL;
-}
 
 CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
 {
@@ -113,13 +109,24 @@ void cupool__sig_node(struct cupool_pipeline *p, uint32_t i)
         sig_word(p, p->deps[n->dep_start + d]);
 }
 
+/* Room for the change marks of nodes below n; new words start clear. */
+static bool chg_room(struct cupool_pipeline *p, size_t n)
+{
+    size_t had = p->chgcap;
+    if (!GROW(p->chg, p->chgcap, n / 64 + 1))
+        return false;
+    if (p->chgcap > had)
+        memset(p->chg + had, 0, (p->chgcap - had) * sizeof(*p->chg));
+    return true;
+}
+
 /* Appends a node depending on the one before it, written afresh (no comparison with the
  * last launch's node at its place: see refill_node for that); *out gets it. */
 CUresult cupool__node_push(struct cupool_pipeline *p, uint32_t type, struct pnode **out,
                            cupool_node_t *number)
 {
     if (!GROW(p->nodes, p->cap, p->n + 1) || !GROW(p->deps, p->depcap, p->ndeps + 1) ||
-        !cupool__chg_room(p, p->n))
+        !chg_room(p, p->n))
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a pipeline node");
     struct pnode *n = &p->nodes[p->n];
     memset(n, 0, sizeof(*n));

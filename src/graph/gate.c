@@ -14,6 +14,7 @@
 #include "pool/pool.h"
 #include "graph/graph.h"
 #include "graph/graph_impl.h"
+#include "graph/gate.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -159,6 +159,20 @@ struct cupool_pipeline {
 };
 
 
+/* The pipeline behind a public handle, or NULL. */
+static inline struct cupool_pipeline *cupool__pipeline_of(cupool_pipeline_t p)
+{
+    return p && p->magic == PIPELINE_MAGIC ? p : NULL;
+}
+
+/* The nodes in place no longer hold the last launch's parameters (their layouts were let go
+ * after a trim): later adds write afresh, and the next launch compares every node. */
+static inline void cupool__refill_forget(struct cupool_pipeline *p)
+{
+    p->hw = 0;
+    p->all_dirty = true;
+}
+
 #define GROW(arr, cap, need) cupool__grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
 #define EXECS_LIMIT 64
 #define BUCKETS 1024
@@ -289,10 +303,6 @@ extern pthread_mutex_t cupool__template_lock;
 typedef CUPOOL_LINE(_Atomic uint64_t) cupool__line_counter;
 extern cupool__line_counter cupool__cache_epoch;
 extern cupool__line_counter cupool__cache_clock;
-extern _Atomic int cupool__graves_due;
-extern _Atomic bool cupool__graves_watched;
-extern _Atomic uint32_t cupool__launch_anon;
-extern _Atomic uint32_t cupool__inst_gate;
 
 /* Each is documented where it is defined. */
 /* graph/layout.c */
@@ -305,13 +315,10 @@ void cupool__pipeline_unhold(struct cupool_pipeline *p);
 uint64_t cupool__mix(uint64_t h, uint64_t v);
 CUresult cupool__node_push(struct cupool_pipeline *p, uint32_t type, struct pnode **out,
                            cupool_node_t *number);
-struct cupool_pipeline *cupool__pipeline_of(cupool_pipeline_t p);
 void cupool__sig_node(struct cupool_pipeline *p, uint32_t i);
 size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash);
 
 /* graph/refill.c */
-bool cupool__chg_room(struct cupool_pipeline *p, size_t n);
-void cupool__refill_forget(struct cupool_pipeline *p);
 
 /* graph/cache.c */
 int cupool__entry_ctx_state(const struct gentry *e);
@@ -336,7 +343,6 @@ void cupool__entry_unlink(struct gentry *e);
 void cupool__evict(void);
 void cupool__exec_free(struct gentry *e, struct gexec *x, bool alive);
 bool cupool__graph_graves_maintain(void);
-void cupool__graves_reap(bool all);
 struct gentry *cupool__lookup(uint64_t hash, unsigned long long ctx_id, const uint64_t *sig,
                               size_t nsig);
 void cupool__objects_destroy(CUgraphExec exec, CUgraph graph, CUevent done, CUcontext ctx,
@@ -362,8 +368,6 @@ void cupool__refill_launched(struct cupool_pipeline *p, bool dirty);
 CUresult cupool__template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **nodes);
 
 /* graph/gate.c */
-CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph);
-void cupool__gate_wait(_Atomic uint32_t *c);
 
 /* graph/stats.c */
 void cupool__graph_cache_close(bool all_threads);
@@ -393,70 +397,11 @@ static inline void exec_disown(struct gexec *x)
     atomic_store_explicit(&x->busy, false, CUPOOL_RELEASE);
 }
 
-/* After a launch, while graves are due: the maintenance thread reaps them (maint.h); without
- * it (CUPOOL_BACKGROUND=0, or it could not start) the launching thread does, one launch in 16. */
-static inline void graves_maybe_reap(void)
-{
-    static CUPOOL_TLS_IE unsigned tick;
-    if (CUPOOL_LIKELY(atomic_load_explicit(&cupool__graves_due, CUPOOL_RELAXED) <= 0))
-        return;
-    /* the thread watches the graveyard until it is empty: one kick, not one per launch */
-    if (atomic_load_explicit(&cupool__graves_watched, CUPOOL_RELAXED))
-        return;
-    if (cupool__maint_kick(CUPOOL_MAINT_GRAVES)) {
-        atomic_store_explicit(&cupool__graves_watched, true, CUPOOL_RELAXED);
-        return;
-    }
-    if ((++tick & 15) == 0)
-        cupool__graves_reap(false);
-}
-
-static inline void gate_leave(_Atomic uint32_t *c)
-{
-    if (!c)
-        return;
-    if (CUPOOL_UNLIKELY(c == &cupool__launch_anon))
-        cupool__hs_leave_anon(c);
-    else
-        cupool__hs_leave(c);
-}
-
-/* Counts this thread in and reports whether the gate is open (if not, it is counted out
- * again): the reader side of the gate's handshake (base/sync.h, a frequent instance; its flag
- * is cupool__inst_gate, its counters the records' in_launch). */
-static inline bool gate_try(_Atomic uint32_t *c)
-{
-    if (CUPOOL_LIKELY(c != &cupool__launch_anon))
-        cupool__hs_enter_frequent(c);
-    else
-        cupool__hs_enter_anon(c);
-    if (CUPOOL_LIKELY(!atomic_load_explicit(&cupool__inst_gate, CUPOOL_RELAXED)))
-        return true;
-    gate_leave(c);
-    return false;
-}
-
-/* The gated sections in flight: this thread's (in its cache), or the shared count of threads
- * without a cache. */
-static inline _Atomic uint32_t *gate_count(void)
-{
-    struct cupool__tcache *tc = cupool__tl;
-    return CUPOOL_LIKELY(tc != NULL) ? &tc->th.in_launch : &cupool__launch_anon;
-}
 
 
-/* Enters a section of driver calls on graphs, execs and their events that no instantiation
- * of cupool's may overlap (graph/gate.c); returns what gate_leave() takes (NULL: the gate is
- * off). Sections do not nest, and inside one this thread must not instantiate. */
-static inline _Atomic uint32_t *gate_enter(void)
-{
-    if (CUPOOL_UNLIKELY(!cupool__cfg.graph_gate))
-        return NULL;
-    _Atomic uint32_t *c = gate_count();
-    if (CUPOOL_UNLIKELY(!gate_try(c)))
-        cupool__gate_wait(c);
-    return c;
-}
+
+
+
 
 static inline int execs_max(void)
 {

@@ -14,6 +14,8 @@
 #include "pool/pool.h"
 #include "graph/graph.h"
 #include "graph/graph_impl.h"
+#include "graph/gate.h"
+#include "graph/graveyard.h"
 
 #include <inttypes.h>
 #include <pthread.h>

@@ -22,24 +22,7 @@
 
 /* ---- refilling in place: adds compare with the last launch's nodes ---- */
 
-/* Room for the change marks of nodes below n; new words start clear. */
-bool cupool__chg_room(struct cupool_pipeline *p, size_t n)
-{
-    size_t had = p->chgcap;
-    if (!GROW(p->chg, p->chgcap, n / 64 + 1))
-        return false;
-    if (p->chgcap > had)
-        memset(p->chg + had, 0, (p->chgcap - had) * sizeof(*p->chg));
-    return true;
-}
 
-/* The nodes in place no longer hold the last launch's parameters (their layouts were let go
- * after a trim): later adds write afresh, and the next launch compares every node. */
-void cupool__refill_forget(struct cupool_pipeline *p)
-{
-    p->hw = 0;
-    p->all_dirty = true;
-}
 
 /* Node i's parameters differ from the last launch's. */
 static inline void refill_mark(struct cupool_pipeline *p, uint32_t i)

@@ -13,6 +13,7 @@
 #include "pool/pool.h"
 #include "graph/graph.h"
 #include "graph/graph_impl.h"
+#include "graph/graveyard.h"
 
 #include <inttypes.h>
 #include <pthread.h>
