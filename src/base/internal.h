@@ -57,7 +57,7 @@ static inline void cupool__counter_add(_Atomic uint64_t *c, uint64_t n)
  * must never be added here.
  */
 struct cupool__hot {
-    /* enum cupool__state (lifecycle.h); read through cupool__state_now() */
+    /* enum cupool__state (base/state.h); read through cupool__state_now() */
     alignas(CUPOOL_CACHELINE) _Atomic int state;
     /* Whether readers of the asymmetric handshakes must issue a full fence themselves: set at
      * initialisation when membarrier(2) is unavailable (an old kernel, or a seccomp filter
@@ -66,11 +66,11 @@ struct cupool__hot {
     _Atomic bool sync_fence;
     /* Set once the driver reported CUDA_ERROR_DEINITIALIZED, whatever the state was then. */
     _Atomic bool driver_gone;
-    /* Reclamation that a read section asked for (pool.h: cupool__reclaim_if_due). */
+    /* Reclamation that a read section asked for (pool/pool.h: cupool__reclaim_if_due). */
     _Atomic bool reclaim_due;
     /* Items per magazine (CUPOOL_MAGAZINE_SIZE), fixed at initialisation (magazine.h). */
     uint32_t mag_capacity;
-    /* The grace-period phase, 0 or CUPOOL_RD_PHASE (pool.h: read sections). */
+    /* The grace-period phase, 0 or CUPOOL_RD_PHASE (base/sync.h: read sections). */
     _Atomic uint32_t gp_phase;
     /* The registry's published table: address | log2(slots) (registry.h). */
     _Atomic uintptr_t reg_current;

@@ -9,7 +9,7 @@
 /* Writers hold the mutex. The table is rebuilt once live entries plus tombstones pass half
  * of the slots (short probes keep lookups in one or two cache lines), at twice the live count
  * or more; the old table goes on a retired list until no lock-free reader can be inside it
- * (readers announce themselves, see cupool__reg_read in pool.h), then it is freed.
+ * (readers announce themselves, see cupool__reg_read in pool/pool.h), then it is freed.
  * Writers publish a slot's record before its key (release), readers load the key first
  * (acquire), so a reader that sees a key sees its record. */
 #define TOMBSTONE CUPOOL_REG_TOMBSTONE
