@@ -14,24 +14,17 @@
 #include "graph/graph_impl.h"
 #include "graph/graveyard.h"
 
-static struct tu_kernels k;
-static CUdeviceptr mem;
-static CUstream s1;
+static struct tu_pipeline_fixture fx;
 
 static void setup(void)
 {
     setenv("CUPOOL_GRAPH_CACHE_ENTRIES", "3", 1);
-    tu_setup();
-    tu_load_kernels(&k);
-    TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
-    TU_OK(tu.cuMemAlloc(&mem, 64));
+    tu_pipeline_begin(&fx, 64);
 }
 
 static void teardown(void)
 {
-    TU_OK(tu.cuStreamSynchronize(s1));
-    TU_OK(tu.cuStreamDestroy(s1));
-    TU_OK(tu.cuMemFree(mem));
+    tu_pipeline_end(&fx);
 }
 
 /* A pipeline of `n` add_u32 kernels: n is its structure. */
@@ -41,8 +34,8 @@ static cupool_pipeline_t pipeline_of(int n)
     TU_OK(cupool_pipeline_create(&p));
     for (int i = 0; i < n; i++) {
         unsigned v = 1;
-        void *args[] = {&mem, &v};
-        TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        void *args[] = {&fx.mem, &v};
+        TU_OK(cupool_pipeline_kernel(p, fx.k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     }
     return p;
 }
@@ -70,12 +63,12 @@ START_TEST(the_bound_evicts_the_least_recently_launched)
     for (int i = 0; i < 4; i++)
         p[i] = pipeline_of(i + 1);
     for (int i = 0; i < 3; i++)
-        TU_OK(cupool_pipeline_launch(p[i], s1));
-    TU_OK(cupool_pipeline_launch(p[0], s1)); /* p[1] is now the least recently launched */
-    TU_OK(tu.cuStreamSynchronize(s1));
+        TU_OK(cupool_pipeline_launch(p[i], fx.s));
+    TU_OK(cupool_pipeline_launch(p[0], fx.s)); /* p[1] is now the least recently launched */
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     uint64_t epoch = atomic_load(&cupool__cache_epoch.v);
     uint64_t evicted = gstats().evictions;
-    TU_OK(cupool_pipeline_launch(p[3], s1));
+    TU_OK(cupool_pipeline_launch(p[3], fx.s));
     ck_assert_uint_eq(gstats().evictions, evicted + 1);
     ck_assert(cached(p[0]));
     ck_assert(!cached(p[1]));
@@ -83,7 +76,7 @@ START_TEST(the_bound_evicts_the_least_recently_launched)
     ck_assert(cached(p[3]));
     /* the eviction moved the epoch on */
     ck_assert_uint_gt(atomic_load(&cupool__cache_epoch.v), epoch);
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     for (int i = 0; i < 4; i++)
         cupool_pipeline_destroy(p[i]);
 }
@@ -96,28 +89,28 @@ START_TEST(an_eviction_makes_the_next_claim_take_the_lock)
 {
     cupool_pipeline_t a = pipeline_of(1), b = pipeline_of(2), c = pipeline_of(3),
                       d = pipeline_of(4);
-    TU_OK(cupool_pipeline_launch(a, s1));
-    TU_OK(cupool_pipeline_launch(a, s1));
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(cupool_pipeline_launch(a, fx.s));
+    TU_OK(cupool_pipeline_launch(a, fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     cupool_graph_stats_t st0 = gstats();
-    TU_OK(cupool_pipeline_launch(a, s1));
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(cupool_pipeline_launch(a, fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     cupool_graph_stats_t st1 = gstats();
     ck_assert_uint_eq(st1.claims_lock_free, st0.claims_lock_free + 1);
-    TU_OK(cupool_pipeline_launch(b, s1));
-    TU_OK(cupool_pipeline_launch(c, s1));
-    TU_OK(cupool_pipeline_launch(a, s1)); /* a stays the most recent of the three */
-    TU_OK(cupool_pipeline_launch(d, s1)); /* evicts b: the epoch moves */
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(cupool_pipeline_launch(b, fx.s));
+    TU_OK(cupool_pipeline_launch(c, fx.s));
+    TU_OK(cupool_pipeline_launch(a, fx.s)); /* a stays the most recent of the three */
+    TU_OK(cupool_pipeline_launch(d, fx.s)); /* evicts b: the epoch moves */
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     ck_assert(cached(a));
     cupool_graph_stats_t st2 = gstats();
-    TU_OK(cupool_pipeline_launch(a, s1));
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(cupool_pipeline_launch(a, fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     cupool_graph_stats_t st3 = gstats();
     ck_assert_uint_eq(st3.claims_locked, st2.claims_locked + 1);
     ck_assert_uint_eq(st3.claims_lock_free, st2.claims_lock_free);
-    TU_OK(cupool_pipeline_launch(a, s1));
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(cupool_pipeline_launch(a, fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     ck_assert_uint_eq(gstats().claims_lock_free, st3.claims_lock_free + 1);
     cupool_pipeline_destroy(a);
     cupool_pipeline_destroy(b);
@@ -135,8 +128,8 @@ START_TEST(an_evicted_running_exec_waits_in_the_graveyard)
     TU_OK(cupool_pipeline_create(&spin));
     unsigned long long ns = 300000000; /* 300 ms: longer than the three launches that evict it */
     void *args[] = {&ns};
-    TU_OK(cupool_pipeline_kernel(spin, k.spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
-    TU_OK(cupool_pipeline_launch(spin, s1));
+    TU_OK(cupool_pipeline_kernel(spin, fx.k.spin, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    TU_OK(cupool_pipeline_launch(spin, fx.s));
     int execs_running = tu_fake.live_execs();
     /* three other structures on another stream evict the spinning one */
     CUstream s2;
@@ -151,7 +144,7 @@ START_TEST(an_evicted_running_exec_waits_in_the_graveyard)
     int graves = atomic_load(&cupool__graves_due);
     ck_assert_int_gt(graves, 0);
     ck_assert_int_ge(tu_fake.live_execs(), execs_running);
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     TU_OK(tu.cuStreamSynchronize(s2));
     TU_OK(cupool_trim()); /* reaps what has finished, and drops every idle entry */
     graves = atomic_load(&cupool__graves_due);

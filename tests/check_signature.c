@@ -12,23 +12,16 @@
 
 #include "graph/graph_impl.h"
 
-static struct tu_kernels k;
-static CUdeviceptr mem;
-static CUstream s1;
+static struct tu_pipeline_fixture fx;
 
 static void setup(void)
 {
-    tu_setup();
-    tu_load_kernels(&k);
-    TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
-    TU_OK(tu.cuMemAlloc(&mem, 64));
+    tu_pipeline_begin(&fx, 64);
 }
 
 static void teardown(void)
 {
-    TU_OK(tu.cuStreamSynchronize(s1));
-    TU_OK(tu.cuStreamDestroy(s1));
-    TU_OK(tu.cuMemFree(mem));
+    tu_pipeline_end(&fx);
 }
 
 /* The signature words of a description: kernels (f of each, argument v + i), `n` of them, in
@@ -45,7 +38,7 @@ static struct sig sig_of(cupool_pipeline_t pl, const CUfunction *f, int n, unsig
     TU_OK(cupool_pipeline_reset(pl));
     for (int i = 0; i < n; i++) {
         unsigned val = v + (unsigned)i;
-        void *args[] = {&mem, &val};
+        void *args[] = {&fx.mem, &val};
         cupool_node_t node;
         TU_OK(cupool_pipeline_kernel(pl, f[i], 1, 1, 1, 1, 1, 1, 0, args, &node));
         if (i == split)
@@ -71,8 +64,8 @@ START_TEST(structure_is_the_signature_parameters_are_not)
 {
     cupool_pipeline_t pl;
     TU_OK(cupool_pipeline_create(&pl));
-    CUfunction adds[4] = {k.add_u32, k.add_u32, k.add_u32, k.add_u32};
-    CUfunction mixed[4] = {k.add_u32, k.set_u32, k.add_u32, k.add_u32};
+    CUfunction adds[4] = {fx.k.add_u32, fx.k.add_u32, fx.k.add_u32, fx.k.add_u32};
+    CUfunction mixed[4] = {fx.k.add_u32, fx.k.set_u32, fx.k.add_u32, fx.k.add_u32};
     struct sig a = sig_of(pl, adds, 4, 1, -1);
     struct sig b = sig_of(pl, adds, 4, 100, -1); /* other argument values */
     ck_assert(same(&a, &b));
@@ -99,45 +92,45 @@ START_TEST(redescribing_marks_only_what_changed)
 {
     cupool_pipeline_t pl;
     TU_OK(cupool_pipeline_create(&pl));
-    CUfunction adds[4] = {k.add_u32, k.add_u32, k.add_u32, k.add_u32};
+    CUfunction adds[4] = {fx.k.add_u32, fx.k.add_u32, fx.k.add_u32, fx.k.add_u32};
     (void)sig_of(pl, adds, 4, 1, -1);
-    TU_OK(cupool_pipeline_launch(pl, s1));
+    TU_OK(cupool_pipeline_launch(pl, fx.s));
     struct cupool_pipeline *p = cupool__pipeline_of(pl);
     /* the same description: nothing differs */
     TU_OK(cupool_pipeline_reset(pl));
     for (int i = 0; i < 4; i++) {
         unsigned val = 1 + (unsigned)i;
-        void *args[] = {&mem, &val};
-        TU_OK(cupool_pipeline_kernel(pl, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        void *args[] = {&fx.mem, &val};
+        TU_OK(cupool_pipeline_kernel(pl, fx.k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     }
     ck_assert(!p->sig_dirty);
     ck_assert_uint_eq(p->sigpos, p->last_nsig);
     ck_assert(!p->all_dirty);
     ck_assert_uint_eq(p->nchg, 0);
-    TU_OK(cupool_pipeline_launch(pl, s1));
+    TU_OK(cupool_pipeline_launch(pl, fx.s));
     /* node 2's argument changes: it alone is marked, the structure is unchanged */
     TU_OK(cupool_pipeline_reset(pl));
     for (int i = 0; i < 4; i++) {
         unsigned val = (i == 2 ? 50u : 1u) + (unsigned)i;
-        void *args[] = {&mem, &val};
-        TU_OK(cupool_pipeline_kernel(pl, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        void *args[] = {&fx.mem, &val};
+        TU_OK(cupool_pipeline_kernel(pl, fx.k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     }
     ck_assert(!p->sig_dirty);
     ck_assert(!p->all_dirty);
     ck_assert_uint_eq(p->nchg, 1);
     ck_assert(p->chg[0] & (UINT64_C(1) << 2));
-    TU_OK(cupool_pipeline_launch(pl, s1));
+    TU_OK(cupool_pipeline_launch(pl, fx.s));
     /* another function at node 1: the structure differs */
     TU_OK(cupool_pipeline_reset(pl));
     for (int i = 0; i < 4; i++) {
         unsigned val = 1;
-        void *args[] = {&mem, &val};
-        TU_OK(cupool_pipeline_kernel(pl, i == 1 ? k.set_u32 : k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+        void *args[] = {&fx.mem, &val};
+        TU_OK(cupool_pipeline_kernel(pl, i == 1 ? fx.k.set_u32 : fx.k.add_u32, 1, 1, 1, 1, 1, 1, 0,
                                      args, NULL));
     }
     ck_assert(p->sig_dirty || p->all_dirty);
-    TU_OK(cupool_pipeline_launch(pl, s1));
-    TU_OK(tu.cuStreamSynchronize(s1));
+    TU_OK(cupool_pipeline_launch(pl, fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
     cupool_pipeline_destroy(pl);
 }
 END_TEST

@@ -16,6 +16,18 @@ __attribute__((constructor)) static void early(void)
     (void)cupool_init();
 }
 
+/* cupool_stats_print's text into buf. */
+static const char *stats_text(char *buf, size_t len)
+{
+    buf[0] = '\0';
+    FILE *f = fmemopen(buf, len - 1, "w");
+    if (f) {
+        cupool_stats_print(f);
+        fclose(f);
+    }
+    return buf;
+}
+
 int main(void)
 {
     CUresult (*get)(CUdevice *, int), (*retain)(CUcontext *, CUdevice), (*set)(CUcontext);
@@ -23,11 +35,8 @@ int main(void)
     CUcontext ctx;
     CUstream s, t;
     /* before any pool is used: the magazine capacity the pools will use */
-    char first[512] = "";
-    FILE *ff = fmemopen(first, sizeof(first) - 1, "w");
-    cupool_stats_print(ff);
-    fclose(ff);
-    if (!strstr(first, "magazine 4")) {
+    char first[512];
+    if (!strstr(stats_text(first, sizeof first), "magazine 4")) {
         fprintf(stderr, "static_link: expected CUPOOL_MAGAZINE_SIZE=4 before use: %s\n", first);
         return 1;
     }
@@ -41,11 +50,8 @@ int main(void)
         fprintf(stderr, "static_link: %s\n", cupool_error_string());
         return 1;
     }
-    char buf[512] = "";
-    FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
-    cupool_stats_print(f);
-    fclose(f);
-    if (!strstr(buf, "bytes from libc")) {
+    char buf[512];
+    if (!strstr(stats_text(buf, sizeof buf), "bytes from libc")) {
         fprintf(stderr, "static_link: expected libc metadata: %s\n", buf);
         return 1;
     }

@@ -117,6 +117,21 @@ void tu_load_kernels(struct tu_kernels *k)
     TU_OK(tu.cuModuleGetFunction(&k->trap, k->module, "trap"));
 }
 
+void tu_pipeline_begin(struct tu_pipeline_fixture *f, size_t bytes)
+{
+    tu_setup();
+    tu_load_kernels(&f->k);
+    TU_OK(tu.cuStreamCreate(&f->s, CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuMemAlloc(&f->mem, bytes));
+}
+
+void tu_pipeline_end(struct tu_pipeline_fixture *f)
+{
+    TU_OK(tu.cuStreamSynchronize(f->s));
+    TU_OK(tu.cuStreamDestroy(f->s));
+    TU_OK(tu.cuMemFree(f->mem));
+}
+
 CUresult tu_load_cluster_kernel(CUfunction *f)
 {
     CUmodule m;

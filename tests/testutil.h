@@ -100,6 +100,16 @@ struct tu_kernels {
     CUfunction spin, addone, set_u32, add_u32, trap;
 };
 void tu_load_kernels(struct tu_kernels *k);
+
+/* What a pipeline suite starts from: tu_setup(), the kernels, a non-blocking stream and
+ * `bytes` of device memory; tu_pipeline_end() synchronises and frees the stream and memory. */
+struct tu_pipeline_fixture {
+    struct tu_kernels k;
+    CUstream s;
+    CUdeviceptr mem;
+};
+void tu_pipeline_begin(struct tu_pipeline_fixture *f, size_t bytes);
+void tu_pipeline_end(struct tu_pipeline_fixture *f);
 /* The cluster_width kernel (tests/kernels.h) into the current context: CUDA_SUCCESS, or the
  * driver's error where the GPU has no thread-block clusters (before sm_90). */
 CUresult tu_load_cluster_kernel(CUfunction *f);
