@@ -555,10 +555,11 @@ END_TEST
  * twice, and gave one struct to two classes. */
 static _Atomic int trimmers_stop;
 
+/* arg: the context current when the trimmers started (tu_ctx itself is rewritten by the
+ * rounds' resets while the threads start) */
 static void *trimmer(void *arg)
 {
-    (void)arg;
-    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS)
+    if (tu.cuCtxSetCurrent((CUcontext)arg) != CUDA_SUCCESS)
         return NULL;
     while (!atomic_load(&trimmers_stop))
         (void)cupool_trim();
@@ -570,7 +571,7 @@ START_TEST(concurrent_reclamation_keeps_classes_apart)
     tu_setup();
     pthread_t t[2];
     for (int i = 0; i < 2; i++)
-        ck_assert_int_eq(pthread_create(&t[i], NULL, trimmer, NULL), 0);
+        ck_assert_int_eq(pthread_create(&t[i], NULL, trimmer, (void *)tu_ctx), 0);
     static const unsigned ef[4] = {0, CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING,
                                    CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING};
     long rounds = tu_fake.present ? scaled(3000) : 30;
