@@ -298,8 +298,8 @@ static int find_simulator(char *out, size_t len)
         if (slash)
             *slash = '\0';
         /* uninstalled: bench/cupool-bench or bench/.libs/cupool-bench in the build tree */
-        static const char *const rel[] = {"/../tests/fakecuda/.libs/fakecuda.so",
-                                          "/../../tests/fakecuda/.libs/fakecuda.so"};
+        static const char *const rel[] = {"/../sim/.libs/fakecuda.so",
+                                          "/../../sim/.libs/fakecuda.so"};
         for (int i = 0; i < 2; i++) {
             if ((size_t)snprintf(out, len, "%.*s%s", (int)(len - 64), exe, rel[i]) < len &&
                 access(out, R_OK) == 0)

@@ -356,7 +356,7 @@ START_TEST(setuid_process_ignores_path_variables)
         return;
     }
     char fake[4096], src[4096];
-    snprintf(fake, sizeof(fake), "%s/tests/fakecuda/.libs/fakecuda.so", builddir());
+    snprintf(fake, sizeof(fake), "%s/sim/.libs/fakecuda.so", builddir());
     snprintf(src, sizeof(src), "%s/tests/secure_child", builddir());
     /* Try /tmp, then the build tree: one of them may be mounted nosuid. */
     const char *bases[] = {"/tmp", builddir()};

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Test kernels, as PTX for the real driver. The simulated driver ignores the image and runs
- * host functions of the same names (tests/fakecuda/fakecuda.h lists them):
+ * host functions of the same names (sim/fakecuda.h lists them):
  *   spin(u64 ns)               busy-waits ns nanoseconds of %globaltimer
  *   addone(u64 p)              atomically *(u32 *)p += 1 (streams running it at once lose
  *                              no increment)
