@@ -43,7 +43,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels.h"
+#include "common/kernels.h"
 
 static struct {
     CUresult (*cuModuleLoadData)(CUmodule *, const void *);

@@ -102,7 +102,7 @@
 #define WL_HAVE_TSC 0
 #endif
 
-#include "kernels.h"
+#include "common/kernels.h"
 
 /* ---- options ---- */
 

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # The documentation states what the code and the tests hold:
 #  - every test docs/reliability.md names for a guarantee exists (a START_TEST of that name in
-#    tests/, or a suite tests/NAME.c);
+#    a suite, or a suite tests/*/NAME.c);
 #  - every CUPOOL_* variable of src/base/config.c's table is documented in docs/environment.md;
 #  - the limits the library cannot lift are stated where a user reads them: what a release can
 #    and cannot catch (docs/reliability.md), that cupool is not async-signal-safe (cupool(3)),
@@ -17,9 +17,9 @@ names=$(sed -n 's/^| [0-9][0-9]* |.*| \([^|]*\) |$/\1/p' "$top/docs/reliability.
 [ -n "$names" ] || fail "no tests found in the guarantees table of docs/reliability.md"
 for n in $names; do
     case "$n" in
-    check_*) [ -f "$top/tests/$n.c" ] || fail "docs/reliability.md names suite $n: no tests/$n.c" ;;
+    check_*) ls "$top"/tests/*/"$n.c" >/dev/null 2>&1 || fail "docs/reliability.md names suite $n: no tests/*/$n.c" ;;
     */*|CUPOOL_*|*.*) ;; # paths, variables
-    *) grep -q "START_TEST($n)" "$top"/tests/*.c || fail "docs/reliability.md names test $n: not found in tests/" ;;
+    *) grep -q "START_TEST($n)" "$top"/tests/*/*.c || fail "docs/reliability.md names test $n: not found in tests/*/" ;;
     esac
 done
 

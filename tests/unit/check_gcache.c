@@ -8,7 +8,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 #include <stdlib.h>
 
 #include "graph/graph_impl.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The public stream and event API, on whichever driver cupool loads (see testutil.h). */
 #define _GNU_SOURCE
-#include "testutil.h"
+#include "common/testutil.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 
 static struct {
     CUresult (*cuGraphCreate)(CUgraph *, unsigned int);

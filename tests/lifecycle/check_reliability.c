@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 
 /* ---- thread churn ---------------------------------------------------------------------- */
 
@@ -357,7 +357,7 @@ START_TEST(setuid_process_ignores_path_variables)
     }
     char fake[4096], src[4096];
     snprintf(fake, sizeof(fake), "%s/sim/.libs/fakecuda.so", builddir());
-    snprintf(src, sizeof(src), "%s/tests/secure_child", builddir());
+    snprintf(src, sizeof(src), "%s/tests/lifecycle/secure_child", builddir());
     /* Try /tmp, then the build tree: one of them may be mounted nosuid. */
     const char *bases[] = {"/tmp", builddir()};
     for (int b = 0; b < 2; b++) {

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 #include "cupool_runtime.h"
 
 enum { POOLS = 0, LOAD = 1, GRAPH = 2, EAGER = 3 };

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 
 /* The instantiation gate waits at most 5 ms for launches in flight (a best effort against a
  * driver stall, not a correctness condition): a launch that sits in the driver longer (its

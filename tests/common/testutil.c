@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #define _GNU_SOURCE
-#include "testutil.h"
-#include "kernels.h"
+#include "common/testutil.h"
+#include "common/kernels.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Linked with tests/libpreloadctor.la, whose constructor creates and destroys two streams
- * (tests/preload_ctor_lib.c). Prints "ctor R reused U": R 0 when its calls succeeded, U 1
+/* Linked with tests/api/libpreloadctor.la, whose constructor creates and destroys two streams
+ * (tests/api/preload_ctor_lib.c). Prints "ctor R reused U": R 0 when its calls succeeded, U 1
  * when the second stream was the first one again (pooled). Exits 0 when R is 0. */
 #include <cuda.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * malloc left alone. */
 #define _GNU_SOURCE
 #include "build_config.h"
-#include "testutil.h"
+#include "common/testutil.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -94,7 +94,7 @@ void tu_setup(void);
 /* Resolves tu and tu_fake only (cupool_init() must already have succeeded). */
 void tu_resolve(void);
 
-/* Test kernels: loads tests/kernels.h into the current context. */
+/* Test kernels: loads common/kernels.h into the current context. */
 struct tu_kernels {
     CUmodule module;
     CUfunction spin, addone, set_u32, add_u32, trap;
@@ -110,7 +110,7 @@ struct tu_pipeline_fixture {
 };
 void tu_pipeline_begin(struct tu_pipeline_fixture *f, size_t bytes);
 void tu_pipeline_end(struct tu_pipeline_fixture *f);
-/* The cluster_width kernel (tests/kernels.h) into the current context: CUDA_SUCCESS, or the
+/* The cluster_width kernel (common/kernels.h) into the current context: CUDA_SUCCESS, or the
  * driver's error where the GPU has no thread-block clusters (before sm_90). */
 CUresult tu_load_cluster_kernel(CUfunction *f);
 void tu_launch1(CUfunction f, CUstream s, void **args);

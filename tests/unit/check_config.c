@@ -4,7 +4,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

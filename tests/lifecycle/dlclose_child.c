@@ -15,7 +15,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cupool.h> /* types only: the library is reached through dlsym() */
-#include "maint_threads.h"
+#include "common/maint_threads.h"
 #include <dlfcn.h>
 #include <malloc.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * so the sanitizer runs stay within minutes.
  */
 #define _GNU_SOURCE
-#include "testutil.h"
+#include "common/testutil.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "testutil.h"
-#include "maint_threads.h"
+#include "common/testutil.h"
+#include "common/maint_threads.h"
 #include "pool/maint.h" /* cupool__decay_clock, cupool__maint_flush: the test drives the clock */
 #include "pool/pool.h"
 

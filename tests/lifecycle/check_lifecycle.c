@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Process exit, unload and fork, each in a program of its own (tests/lifecycle_child.c,
- * tests/dlclose_child.c): the exit status must be the program's own and stderr must stay
- * empty. On the simulated driver FAKECUDA_TEARDOWN_AT_EXIT=1 makes the driver tear down from
- * its exit handler and abort on any later call, so a driver call after teardown fails the test.
+ * Process exit, unload and fork, each in a program of its own (tests/lifecycle/
+ * lifecycle_child.c, dlclose_child.c): the exit status must be the program's own and stderr
+ * must stay empty. On the simulated driver FAKECUDA_TEARDOWN_AT_EXIT=1 makes the driver tear
+ * down from its exit handler and abort on any later call, so a driver call after teardown
+ * fails the test.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 
 struct outcome {
     int status; /* exit status, or 128 + signal */
@@ -75,7 +76,7 @@ static struct outcome spawn(char *const argv[], const char *const *env)
 static struct outcome run_child(const char *how, const char *const *env)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tests/lifecycle_child%s", builddir(),
+    snprintf(path, sizeof(path), "%s/tests/lifecycle/lifecycle_child%s", builddir(),
              strcmp(how, "cxx-static") ? "" : "_cxx");
     char *argv[] = {path, (char *)how, NULL};
     return spawn(argv, env);
@@ -213,7 +214,7 @@ END_TEST
 START_TEST(dlclose_destroys_idle_handles_and_frees_memory)
 {
     char prog[4096], lib[4096];
-    snprintf(prog, sizeof(prog), "%s/tests/dlclose_child", builddir());
+    snprintf(prog, sizeof(prog), "%s/tests/lifecycle/dlclose_child", builddir());
     snprintf(lib, sizeof(lib), "%s/.libs/libcupool.so", builddir());
     char *argv[] = {prog, lib, (char *)"60", NULL};
     /* With room in the static TLS block, libcupool.so opens jemalloc even when loaded after
@@ -231,7 +232,7 @@ END_TEST
 START_TEST(late_dlopen_loads_default_build)
 {
     char prog[4096], lib[4096];
-    snprintf(prog, sizeof(prog), "%s/tests/dlclose_child", builddir());
+    snprintf(prog, sizeof(prog), "%s/tests/lifecycle/dlclose_child", builddir());
     snprintf(lib, sizeof(lib), "%s/.libs/libcupool.so", builddir());
     char *argv[] = {prog, lib, (char *)"3", NULL};
     struct outcome o = spawn(argv, NULL);

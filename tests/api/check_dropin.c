@@ -6,7 +6,7 @@
  * check_dropin_wrap). Both drivers.
  */
 #define _GNU_SOURCE
-#include "testutil.h"
+#include "common/testutil.h"
 #include <cuda_runtime_api.h>
 #include <cupool_runtime.h>
 #include <pthread.h>

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libcupool_preload.so under an unmodified program (tests/preload_prog.c), which loads the
+ * libcupool_preload.so under an unmodified program (tests/api/preload_prog.c), which loads the
  * driver itself and resolves entry points through cuGetProcAddress or dlsym. Both drivers:
  * the simulated one also counts the streams the driver created.
  */
 #define _GNU_SOURCE
-#include "testutil.h"
+#include "common/testutil.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,13 +51,13 @@ static void sanitizer_runtime(char *buf, size_t len)
         fclose(f);
 }
 
-/* Runs tests/PROGRAM MODE N, with the preload when `preload`, plus env settings. */
+/* Runs tests/api/PROGRAM MODE N, with the preload when `preload`, plus env settings. */
 static struct outcome run_prog(const char *program, const char *mode, int n, int preload,
                                const char *env1)
 {
     struct outcome o;
     char prog[4096], lib[4096], count[16], pre[4096];
-    snprintf(prog, sizeof prog, "%s/tests/%s", builddir(), program);
+    snprintf(prog, sizeof prog, "%s/tests/api/%s", builddir(), program);
     snprintf(lib, sizeof lib, "%s/.libs/libcupool_preload.so", builddir());
     snprintf(count, sizeof count, "%d", n);
     sanitizer_runtime(pre, sizeof pre);
@@ -75,7 +75,7 @@ static struct outcome run_prog(const char *program, const char *mode, int n, int
         }
         setenv("CUPOOL_STATS", "stderr", 1);
         char next[4096];
-        snprintf(next, sizeof next, "%s/tests/.libs/preload_next.so", builddir());
+        snprintf(next, sizeof next, "%s/tests/api/.libs/preload_next.so", builddir());
         setenv("PRELOAD_PROG_NEXT_LIB", next, 1);
         if (env1 && env1[0] == '!') { /* "!NAME": NAME unset, its value kept for the program */
             const char *v = getenv(env1 + 1);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A program that uses cupool and then leaves the way real programs do; tests/check_lifecycle.c
+ * A program that uses cupool and then leaves the way real programs do; check_lifecycle.c
  * runs it once per way of leaving and checks its exit status and that it printed nothing on
  * stderr. On the simulated driver, FAKECUDA_TEARDOWN_AT_EXIT=1 makes the driver tear itself
  * down from an exit handler and abort on any later call, as a strict real one could crash.
@@ -11,7 +11,7 @@
  *   lifecycle_child late-release  releases and acquires from an atexit handler and a
  *                                 destructor that run after the driver's teardown
  *   lifecycle_child cxx-static    releases from a C++ static object's destructor (only in
- *                                 lifecycle_child_cxx, the build with tests/lifecycle_static.cc;
+ *                                 lifecycle_child_cxx, the build with lifecycle_static.cc;
  *                                 exits 77 otherwise)
  *   lifecycle_child idle-at-exit  only idle handles at exit (for CUPOOL_DESTROY_ON_EXIT)
  *   lifecycle_child fork          forks after use: the child's calls fail with
@@ -36,7 +36,7 @@
 #include <dlfcn.h>
 
 #include "cupool.h"
-#include "kernels.h"
+#include "common/kernels.h"
 
 /* Driver entry points this program calls itself, through cupool_driver_get_proc(). Not the
  * test library's: that one reports through Check, which only works inside a test runner. */

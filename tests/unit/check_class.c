@@ -8,7 +8,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 
 #include "pool/pool.h"
 #include "pool/pool_impl.h"

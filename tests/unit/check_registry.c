@@ -3,7 +3,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 #include <string.h>
 
 #include "graph/graph_impl.h"

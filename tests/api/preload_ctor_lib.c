@@ -4,7 +4,7 @@
  * of an LD_PRELOAD library, so the preload's cupool initialises from inside it. It calls
  * cuStreamCreate and cuStreamDestroy by name (left undefined here: the preload's exports bind
  * them) and takes what it needs to make a context current from the driver itself (RTLD_NEXT,
- * which runs nothing of the preload). check_preload runs tests/preload_ctor_prog with the
+ * which runs nothing of the preload). check_preload runs tests/api/preload_ctor_prog with the
  * preload.
  */
 #define _GNU_SOURCE

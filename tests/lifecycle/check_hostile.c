@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "common/testutil.h"
 #include "pool/pool.h" /* cupool__class_limit(): class indexes in use */
 
 /* Iterations scaled down by CUPOOLTEST_STRESS_ITERS (the sanitizer runs set it). */
