@@ -308,11 +308,10 @@ __attribute__((always_inline)) static inline bool slot_push(struct cupool__tcach
                                                             uint32_t idle_state)
 {
     struct cupool__slot *s = slot_of(tc, index);
-    struct cupool__magazine *m = s ? s->loaded : NULL;
-    if (CUPOOL_UNLIKELY(m == NULL || s->count >= cupool__hot.mag_capacity))
+    if (CUPOOL_UNLIKELY(s == NULL || s->count >= s->limit))
         return false;
     atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-    m->items[s->count++] = (struct cupool__mag_item){rec, h};
+    s->loaded->items[s->count++] = (struct cupool__mag_item){rec, h};
     cupool__counter_inc(&s->releases);
     return true;
 }
@@ -444,6 +443,54 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
     return r;
 }
 
+/* The current-context hit, both driver calls under one driver-call guard: cuCtxGetId(NULL),
+ * the thread's class cache, the top of its magazine for that class and, for a stream released
+ * unvouched, cuStreamIsCapturing. True: handed out. False: *r is cuCtxGetId's result (the
+ * guard's CUDA_ERROR_DEINITIALIZED when the driver may not be called) and, on success, *id the
+ * context's id; nothing was taken, and the caller decides everything again. */
+__attribute__((always_inline)) static inline bool current_hit(const struct cupool__class_ops *ops,
+                                                              uint64_t key,
+                                                              unsigned long long *id,
+                                                              CUresult *r, void **out)
+{
+    _Atomic uint32_t *guard = cupool__drv_begin();
+    if (CUPOOL_UNLIKELY(guard == NULL)) {
+        *r = CUDA_ERROR_DEINITIALIZED;
+        return false;
+    }
+    bool hit = false;
+    *r = cupool__driver_result(cupool__drv.cuCtxGetId(NULL, id));
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(*r == CUDA_SUCCESS && tc != NULL)) {
+        struct cupool__cc_entry *e = cc_set(tc, ops->kind, *id, key);
+        if (!cc_match(e, *id, key))
+            e++; /* way 1 */
+        struct cupool__slot *s;
+        if (CUPOOL_LIKELY(cc_match(e, *id, key) && cupool__state_now() == CUPOOL_ST_RUNNING &&
+                          (s = slot_of(tc, e->index)) != NULL && s->count != 0)) {
+            struct cupool__mag_item it = s->loaded->items[s->count - 1];
+            uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+            if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == kind_gen((uint32_t)ops->kind,
+                                                               (uint32_t)e->gen))) {
+                if (st == CUPOOL_H_IDLE)
+                    hit = true;
+                else if (st == CUPOOL_H_IDLE_UNCHECKED) {
+                    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                    hit = cupool__driver_result(cupool__drv.cuStreamIsCapturing(
+                              (CUstream)it.handle, &cs)) == CUDA_SUCCESS &&
+                          cs == CU_STREAM_CAPTURE_STATUS_NONE;
+                }
+                if (hit) {
+                    slot_take(tc, s, s->count, it.rec);
+                    *out = it.handle;
+                }
+            }
+        }
+    }
+    cupool__drv_end(guard);
+    return hit;
+}
+
 /* Current-context acquire: the context's id picks the class through the thread's cache. */
 __attribute__((always_inline)) static inline CUresult
 acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int priority, void **out)
@@ -455,23 +502,23 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
             return r;
     }
     unsigned long long id;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
+    uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
+    CUresult r;
+    if (CUPOOL_LIKELY(current_hit(ops, key, &id, &r, out)))
+        return CUDA_SUCCESS;
     if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS)) {
         if (r == CUDA_ERROR_INVALID_CONTEXT)
             return cupool__fail(r, "no current context: make one current (cuCtxSetCurrent, "
                                    "cudaSetDevice) before acquiring a %s", ops->name);
         return cupool__fail(r, "cuCtxGetId of the current context failed");
     }
-    uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL)) {
         struct cupool__cc_entry *e = cc_set(tc, ops->kind, id, key);
         if (!cc_match(e, id, key))
             e++; /* way 1 */
         if (CUPOOL_LIKELY(cc_match(e, id, key))) {
-            if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING) &&
-                slot_hit(tc, e->index, kind_gen((uint32_t)ops->kind, (uint32_t)e->gen), out))
-                return CUDA_SUCCESS;
+            /* current_hit missed (or its capture check failed): the general path decides */
             cupool__read_enter(cupool__th(tc));
             /* the struct may have been reclaimed and reused for another class since */
             if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {

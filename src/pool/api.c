@@ -20,17 +20,7 @@
 #include <time.h>
 #include "pool/hot.h"
 
-/* ---- explicit pools ----
- * A pool handle names a class by index and generation, not by address: a class is reused once
- * its context is gone and nothing of it is left (classes_reclaim), and a handle of the old
- * class must then be refused, never serve the new one. Bits 0-3: a tag per kind; bit 4: the
- * caller's promise that the context outlives the pool's use (CUPOOL_POOL_CONTEXT_OUTLIVES);
- * bits 5-18: the index; bits 19-63: the class's gen. Never NULL. */
-#define POOL_TAG_STREAM 0x5u
-#define POOL_TAG_EVENT 0x9u
-#define POOL_PROMISED 0x10u
-#define POOL_INDEX_SHIFT 5
-#define POOL_GEN_SHIFT 19
+/* ---- explicit pools: the pool value's encoding is in pool/pool.h ---- */
 _Static_assert(CUPOOL_MAX_CLASSES <= 1u << (POOL_GEN_SHIFT - POOL_INDEX_SHIFT),
                "pool handles hold every class index");
 
@@ -211,29 +201,7 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
     return r;
 }
 
-#define TAG_KIND(tag)                                                                              \
-    ((tag) == POOL_TAG_STREAM ? (uint32_t)CUPOOL_KIND_STREAM : (uint32_t)CUPOOL_KIND_EVENT)
-
-/* The (kind, gen) word of the records of the class a pool value names (see kind_gen). */
-static inline uint64_t pool_kind_gen(uintptr_t v, uint32_t kind)
-{
-    return kind_gen(kind, (uint32_t)(v >> POOL_GEN_SHIFT));
-}
-
-/*
- * The explicit-pool hit, without a read section and without the class table's decoding. The
- * pool value names (index, gen, and the kind in its tag). The top of the thread's magazine for
- * that index must be a clean idle record carrying that kind and gen: records are type-stable
- * and a class with a record registered is never reclaimed, so the match proves that the class
- * at the index is the incarnation the pool names (a pool of an older one carries another gen;
- * a value forged with the other kind's tag, another kind), and the record is this pool's. The class
- * is still loaded for `alive` (a retired class hands nothing out); its line is read-mostly and the
- * load runs beside the magazine's. A non-promised pool checks its context (cuCtxGetId) and vets a
- * stream released unvouched (cuStreamIsCapturing), under one driver-call guard
- * (pool_acquire_checked); anything else tail-calls the general path, which decides everything
- * again. The promised hit is a leaf: no call, no register saved. (A false match needs 2^32 reuses
- * of one class index between two acquires.)
- */
+/* The general path of an explicit-pool acquire, out of line, for the hit's every miss. */
 __attribute__((noinline)) static CUresult pool_acquire_tail(const void *pool,
                                                             const struct cupool__class_ops *ops,
                                                             void **out, bool tried)
@@ -250,59 +218,69 @@ __attribute__((noinline)) static CUresult hit_then_reclaim(void)
     return CUDA_SUCCESS;
 }
 
-/* pool_acquire_hit for a pool without the promise: its context checked first, and a stream
- * released unvouched vetted, both driver calls under one guard. */
-__attribute__((noinline)) static CUresult pool_acquire_checked(const void *pool,
-                                                               const struct cupool__class_ops *ops,
-                                                               void **out)
+/* The driver calls of an explicit-pool hit, under one driver-call guard: for `cls` (NULL: a
+ * promised pool, nothing to check) its context still answers with the class's id, and for
+ * `stream` (NULL: vouched or an event) the stream is not capturing. True: both hold. */
+__attribute__((always_inline)) static inline bool pool_hit_calls(const struct cupool__class *cls,
+                                                                 CUstream stream)
 {
-    uintptr_t v = (uintptr_t)pool;
-    struct cupool__tcache *tc = cupool__tl;
-    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
-    uint64_t gen = (uint64_t)v >> POOL_GEN_SHIFT;
-    struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
-                                                     CUPOOL_ACQUIRE);
-    if (CUPOOL_UNLIKELY(cls == NULL ||
-                        (atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE) &
-                         (UINT64_MAX >> POOL_GEN_SHIFT)) != gen ||
-                        !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE)))
-        return pool_acquire_tail(pool, ops, out, false);
-    struct cupool__slot *s = slot_of(tc, index);
-    struct cupool__magazine *m = s ? s->loaded : NULL;
-    uint32_t n = s ? s->count : 0;
-    struct cupool__mag_item it = {NULL, NULL};
-    uint32_t st = CUPOOL_H_FREE;
-    if (CUPOOL_LIKELY(m != NULL && n != 0)) {
-        it = m->items[n - 1];
-        if (rec_kind_gen(it.rec) == pool_kind_gen(v, (uint32_t)ops->kind))
-            st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
-    }
-    unsigned long long id = 0;
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUresult r = CUDA_ERROR_DEINITIALIZED, rc = CUDA_SUCCESS;
     _Atomic uint32_t *guard = cupool__drv_begin();
-    if (CUPOOL_LIKELY(guard != NULL)) {
-        r = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id));
-        if (r == CUDA_SUCCESS && id == cls->ctx_id && st == CUPOOL_H_IDLE_UNCHECKED)
-            rc = cupool__driver_result(
-                cupool__drv.cuStreamIsCapturing((CUstream)it.handle, &cs));
-        cupool__drv_end(guard);
+    if (CUPOOL_UNLIKELY(guard == NULL))
+        return false;
+    bool ok = true;
+    if (cls) {
+        unsigned long long id = 0;
+        ok = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id)) == CUDA_SUCCESS &&
+             id == cls->ctx_id;
     }
-    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != cls->ctx_id))
-        return pool_acquire_tail(pool, ops, out, false); /* says why, with the class held */
-    if (CUPOOL_LIKELY((st == CUPOOL_H_IDLE ||
-                       (st == CUPOOL_H_IDLE_UNCHECKED && rc == CUDA_SUCCESS &&
-                        cs == CU_STREAM_CAPTURE_STATUS_NONE)))) {
-        slot_take(tc, s, n, it.rec);
-        *out = it.handle;
-        cupool__reclaim_if_due();
-        return CUDA_SUCCESS;
+    if (ok && stream) {
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        ok = cupool__driver_result(cupool__drv.cuStreamIsCapturing(stream, &cs)) ==
+                 CUDA_SUCCESS &&
+             cs == CU_STREAM_CAPTURE_STATUS_NONE;
     }
-    /* not a hit, or a capture check that failed: checked again there */
-    return pool_acquire_tail(pool, ops, out, true);
+    cupool__drv_end(guard);
+    return ok;
 }
 
+/* pool_acquire_hit past its checks, when the top of slot `s` needs driver calls (a pool
+ * without the promise, or a stream released unvouched): out of line, so the hit that needs
+ * none stays a leaf, and reading the top again after the calls, so little is live across
+ * them. The magazine is this thread's alone: its top is still the record the hit checked. */
+__attribute__((noinline)) static CUresult pool_acquire_calls(const void *pool,
+                                                             const struct cupool__class_ops *ops,
+                                                             void **out,
+                                                             const struct cupool__class *cls,
+                                                             struct cupool__slot *s)
+{
+    const struct cupool__mag_item *top = &s->loaded->items[s->count - 1];
+    bool vet = atomic_load_explicit(&top->rec->state, CUPOOL_RELAXED) == CUPOOL_H_IDLE_UNCHECKED;
+    if (CUPOOL_UNLIKELY(!pool_hit_calls(cls, vet ? (CUstream)top->handle : NULL)))
+        return pool_acquire_tail(pool, ops, out, false);
+    top = &s->loaded->items[s->count - 1];
+    slot_take(cupool__tl, s, s->count, top->rec);
+    *out = top->handle;
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
+        return hit_then_reclaim();
+    return CUDA_SUCCESS;
+}
 
+/*
+ * The explicit-pool acquire: a hit on the top of the thread's magazine, without a read section
+ * and without the class table's decoding. The pool value names (kind, index, gen); the top's
+ * record must carry that pool word (struct cupool__handle) and be idle. Records are
+ * type-stable and a class with a record registered is never reclaimed, so the match proves
+ * that the class at the index is the incarnation the pool names (a pool of an older one
+ * carries another gen, a value forged with the other kind's tag another word) and that the
+ * record is this pool's; a false match needs 2^45 reuses of one class index between two
+ * acquires. The class is still loaded for `alive` (a retired class hands nothing out); its line
+ * is read-mostly and the load runs beside the magazine's.
+ * A pool without the promise checks its context (cuCtxGetId) and a stream released unvouched
+ * is vetted (cuStreamIsCapturing), under one driver-call guard (pool_acquire_calls). Anything
+ * else, a failed check included, tail-calls the general path, which checks and decides
+ * everything again and says why. The promised hit of a vouched stream or an event is a leaf:
+ * no call, no register saved.
+ */
 __attribute__((always_inline)) static inline CUresult
 pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
 {
@@ -311,19 +289,25 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
     if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != tag ||
                         cupool__state_now() != CUPOOL_ST_RUNNING))
         return pool_acquire_tail(pool, ops, out, false);
-    if (!(v & POOL_PROMISED))
-        return pool_acquire_checked(pool, ops, out);
     uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
     struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
                                                      CUPOOL_ACQUIRE);
-    if (CUPOOL_LIKELY(cls != NULL && atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) &&
-                      slot_hit(tc, index, pool_kind_gen(v, TAG_KIND(tag)), out))) {
-        if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
-            return hit_then_reclaim();
-        return CUDA_SUCCESS;
-    }
-    /* not a hit, or a stream whose capture check failed: checked again there */
-    return pool_acquire_tail(pool, ops, out, true);
+    struct cupool__slot *s = slot_of(tc, index);
+    if (CUPOOL_UNLIKELY(cls == NULL || !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) ||
+                        s == NULL || s->count == 0)) /* a count implies a loaded magazine */
+        return pool_acquire_tail(pool, ops, out, false);
+    struct cupool__mag_item it = s->loaded->items[s->count - 1];
+    uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+    if (CUPOOL_UNLIKELY(it.rec->pool_word != (v | POOL_PROMISED) ||
+                        (st != CUPOOL_H_IDLE && st != CUPOOL_H_IDLE_UNCHECKED)))
+        return pool_acquire_tail(pool, ops, out, false);
+    if (!(v & POOL_PROMISED) || st == CUPOOL_H_IDLE_UNCHECKED)
+        return pool_acquire_calls(pool, ops, out, v & POOL_PROMISED ? NULL : cls, s);
+    slot_take(tc, s, s->count, it.rec);
+    *out = it.handle;
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
+        return hit_then_reclaim();
+    return CUDA_SUCCESS;
 }
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)
@@ -364,9 +348,9 @@ __attribute__((noinline)) static CUresult pool_release_general(const void *pool,
 }
 
 /* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
- * matched by the record's index, kind and gen against the pool value (see pool_acquire_hit):
- * no read section, no load from the class.
- * A leaf; anything else tail-calls the general way. */
+ * matched by one compare of the record's pool word (its kind, index and gen) against the pool
+ * value (see pool_acquire_hit): no read section, no load from the class. A leaf; anything else
+ * tail-calls the general way. */
 __attribute__((always_inline)) static inline CUresult
 pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
                  uint32_t idle_state)
@@ -375,22 +359,19 @@ pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = tc ? tc->last : NULL;
     if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
-                      (v & 0xfu) == tag && cupool__state_now() == CUPOOL_ST_RUNNING)) {
-        uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
-        if (CUPOOL_LIKELY(rec->index == index && index < CUPOOL_SLOTS_PER_CHUNK &&
-                          rec_kind_gen(rec) == pool_kind_gen(v, TAG_KIND(tag)) &&
-                          atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED)) {
-            struct cupool__slot *s = &tc->slots0[index];
-            struct cupool__magazine *m = s->loaded;
-            uint32_t n = s->count;
-            if (CUPOOL_LIKELY(m != NULL && n < cupool__hot.mag_capacity)) {
-                atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-                m->items[n].rec = rec;
-                m->items[n].handle = h;
-                s->count = n + 1;
-                cupool__counter_inc(&s->releases);
-                return CUDA_SUCCESS;
-            }
+                      rec->pool_word == (v | POOL_PROMISED) && (v & 0xfu) == tag &&
+                      cupool__state_now() == CUPOOL_ST_RUNNING &&
+                      atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
+                      rec->index < CUPOOL_SLOTS_PER_CHUNK)) {
+        struct cupool__slot *s = &tc->slots0[rec->index];
+        uint32_t n = s->count;
+        if (CUPOOL_LIKELY(n < s->limit)) {
+            atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+            s->loaded->items[n].rec = rec;
+            s->loaded->items[n].handle = h;
+            s->count = n + 1;
+            cupool__counter_inc(&s->releases);
+            return CUDA_SUCCESS;
         }
     }
     return pool_release_general(pool, ops, h, idle_state);

@@ -74,10 +74,9 @@ __attribute__((always_inline)) static inline bool slot_hit(struct cupool__tcache
                                                            uint32_t index, uint64_t kg, void **out)
 {
     struct cupool__slot *s = slot_of(tc, index);
-    struct cupool__magazine *m = s ? s->loaded : NULL;
-    if (CUPOOL_UNLIKELY(m == NULL || s->count == 0))
+    if (CUPOOL_UNLIKELY(s == NULL || s->count == 0)) /* a count implies a loaded magazine */
         return false;
-    struct cupool__mag_item it = m->items[s->count - 1];
+    struct cupool__mag_item it = s->loaded->items[s->count - 1];
     struct cupool__handle *rec = it.rec;
     uint32_t st = atomic_load_explicit(&rec->state, CUPOOL_RELAXED);
     if (CUPOOL_UNLIKELY(rec_kind_gen(rec) != kg))

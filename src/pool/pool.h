@@ -127,12 +127,35 @@ static inline uint32_t cupool__class_kind(const struct cupool__class *cls)
     return cls ? (uint32_t)cls->ops->kind : 0;
 }
 
+/* ---- explicit-pool values ----
+ * A pool value names a class by index and generation, not by address: a class is reused once
+ * its context is gone and nothing of it is left (classes_reclaim), and a value of the old
+ * class must then be refused, never serve the new one (pool/api.c). Bits 0-3: a tag per kind; bit 4: the
+ * caller's promise that the context outlives the pool's use (CUPOOL_POOL_CONTEXT_OUTLIVES);
+ * bits 5-18: the index; bits 19-63: the class's gen. Never NULL. */
+#define POOL_TAG_STREAM 0x5u
+#define POOL_TAG_EVENT 0x9u
+#define POOL_PROMISED 0x10u
+#define POOL_INDEX_SHIFT 5
+#define POOL_GEN_SHIFT 19
+
+/* The pool value, with the promise bit set, of the class of (kind, index, gen): what the
+ * class's records carry (struct cupool__handle's pool_word), so that one compare matches a
+ * pool value of either promise against a record's kind, index and gen (pool/api.c). */
+static inline uint64_t cupool__pool_word(uint32_t kind, uint32_t index, uint64_t gen)
+{
+    return gen << POOL_GEN_SHIFT | (uint64_t)index << POOL_INDEX_SHIFT | POOL_PROMISED |
+           (kind == CUPOOL_KIND_STREAM ? POOL_TAG_STREAM : POOL_TAG_EVENT);
+}
+
 /* A thread's share of one class: two magazines and its single-writer counters. */
 struct cupool__slot {
     struct cupool__magazine *loaded;
     uint32_t count; /* the loaded magazine's count, authoritative while it is loaded (its own
                        `count` is written back when it leaves): one dependent load less */
-    uint32_t reserved;
+    uint32_t limit; /* the loaded magazine's capacity, 0 when none is loaded: a release
+                       pushes while count < limit, an acquire pops while count > 0, and
+                       neither tests `loaded` */
     struct cupool__magazine *previous;
     _Atomic uint64_t acquires;
     _Atomic uint64_t releases;

@@ -91,6 +91,7 @@ static inline void slot_set_loaded(struct cupool__slot *s, struct cupool__magazi
 {
     s->loaded = m;
     s->count = m ? m->count : 0;
+    s->limit = m ? cupool__hot.mag_capacity : 0;
 }
 
 static inline struct cupool__magazine *slot_take_loaded(struct cupool__slot *s)
@@ -100,6 +101,7 @@ static inline struct cupool__magazine *slot_take_loaded(struct cupool__slot *s)
         m->count = s->count;
     s->loaded = NULL;
     s->count = 0;
+    s->limit = 0;
     return m;
 }
 

@@ -165,6 +165,8 @@ struct cupool__handle *cupool__registry_insert(void *handle, struct cupool__clas
         rec->index = cupool__class_index(cls);
         rec->kind = cupool__class_kind(cls);
         rec->gen = cupool__class_gen32(cls);
+        rec->pool_word = cupool__pool_word(
+            rec->kind, rec->index, cls ? atomic_load_explicit(&cls->gen, CUPOOL_RELAXED) : 0);
         rec->next_free = NULL;
         atomic_store_explicit(&rec->state, state, CUPOOL_RELAXED);
         atomic_store_explicit(&rec->handle, handle, CUPOOL_RELAXED);

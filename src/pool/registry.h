@@ -35,6 +35,10 @@ struct cupool__handle {
     uint32_t gen;                         /* the low 32 bits of the class's gen at insert: an
                                              explicit pool (index, gen) matches its handles
                                              without loading the class (pool/hot.h) */
+    uint64_t pool_word;                   /* cupool__pool_word of the class at insert: an
+                                             explicit pool's value, its promise bit set, is
+                                             this word exactly when it names this record's
+                                             kind, index and gen */
     struct cupool__handle *next_free;     /* free list, under the registry mutex */
 };
 

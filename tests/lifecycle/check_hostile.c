@@ -1168,6 +1168,33 @@ START_TEST(forged_kind_pool_values_are_refused)
 }
 END_TEST
 
+/* An event pool's own value given to the stream calls, with the event the thread acquired
+ * last: the value names the event's class exactly (index and gen), yet the stream release
+ * refuses it on its fast path too, so the event is never pooled as a stream released
+ * unvouched (which the next acquire would vet with cuStreamIsCapturing). */
+START_TEST(other_kinds_pool_value_is_refused_on_release)
+{
+    tu_setup();
+    for (int promised = 0; promised < 2; promised++) {
+        cupool_event_pool_t ep;
+        TU_OK(cupool_event_pool_get(&ep, tu_ctx,
+                                    CU_EVENT_DISABLE_TIMING |
+                                        (promised ? CUPOOL_POOL_CONTEXT_OUTLIVES : 0)));
+        CUevent e, again;
+        TU_OK(cupool_event_pool_acquire(ep, &e));
+        TU_EQ(cupool_stream_pool_release((cupool_stream_pool_t)ep, (CUstream)e, 0),
+              CUDA_ERROR_INVALID_VALUE);
+        TU_OK(cupool_event_pool_release(ep, e)); /* still the caller's */
+        unsigned long vets = tu_fake.present ? tu_fake.calls("cuStreamIsCapturing") : 0;
+        TU_OK(cupool_event_pool_acquire(ep, &again));
+        ck_assert_ptr_eq(again, e);
+        if (tu_fake.present)
+            ck_assert_uint_eq(tu_fake.calls("cuStreamIsCapturing"), vets);
+        TU_OK(cupool_event_pool_release(ep, again));
+    }
+}
+END_TEST
+
 /* cupool_stream_pool_get racing the end of its context: between the lookup that found the
  * class alive and the read of its generation, a reclamation retires the class and moves its
  * generation on, to the value the class that reuses the index will have. The pool value must
@@ -1288,6 +1315,7 @@ int main(void)
     tcase_add_test(tc, full_table_reclaims_from_a_thread_without_cache);
     tcase_add_test(tc, forked_child_never_reclaims);
     tcase_add_test(tc, forged_kind_pool_values_are_refused);
+    tcase_add_test(tc, other_kinds_pool_value_is_refused_on_release);
     tcase_add_test(tc, pool_get_racing_a_reclamation_never_names_the_next_class);
     tcase_set_timeout(tc, 600);
     suite_add_tcase(s, tc);
