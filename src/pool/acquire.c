@@ -247,7 +247,7 @@ static CUresult release_slow(struct cupool__class *cls, struct cupool__handle *r
     return CUDA_SUCCESS;
 }
 
-static CUresult release_general(const struct cupool__class_ops *ops,
+CUresult cupool__release_general(const struct cupool__class_ops *ops,
                                 struct cupool__class *expect, void *h, uint32_t idle_state);
 
 /* Release in any state but RUNNING. */
@@ -262,7 +262,7 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
         if (r != CUDA_SUCCESS)
             return r;
         if (cupool__state_now() == CUPOOL_ST_RUNNING)
-            return release_general(ops, expect, h, idle_state);
+            return cupool__release_general(ops, expect, h, idle_state);
     }
     /* CUPOOL_DISABLE: validate exactly as when pooling, then destroy. */
     struct cupool__handle *rec = cupool__reg_read(cupool__tl, h);
@@ -287,7 +287,7 @@ static CUresult release_other_state(const struct cupool__class_ops *ops,
 }
 
 /* Every release but the fast one: other lifecycle states, refusals, a full magazine. */
-__attribute__((noinline)) static CUresult release_general(const struct cupool__class_ops *ops,
+__attribute__((noinline)) CUresult cupool__release_general(const struct cupool__class_ops *ops,
                                                           struct cupool__class *expect, void *h,
                                                           uint32_t idle_state)
 {
@@ -300,44 +300,9 @@ __attribute__((noinline)) static CUresult release_general(const struct cupool__c
     return release_slow(cls, rec, idle_state);
 }
 
-/* Pushes an owned record onto this thread's loaded magazine for class index `index` when it
- * has room, in `idle_state`; false otherwise (nothing changed). */
-__attribute__((always_inline)) static inline bool slot_push(struct cupool__tcache *tc,
-                                                            uint32_t index,
-                                                            struct cupool__handle *rec, void *h,
-                                                            uint32_t idle_state)
-{
-    struct cupool__slot *s = slot_of(tc, index);
-    if (CUPOOL_UNLIKELY(s == NULL || s->count >= s->limit))
-        return false;
-    atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-    s->loaded->items[s->count++] = (struct cupool__mag_item){rec, h};
-    cupool__counter_inc(&s->releases);
-    return true;
-}
-
-/* Pushes a record found for `h` onto this thread's magazine if every check passes; false
- * otherwise (the general path then decides). */
-__attribute__((always_inline)) static inline bool
-release_push(const struct cupool__class_ops *ops, struct cupool__class *expect,
-             struct cupool__tcache *tc, struct cupool__handle *rec, void *h, uint32_t idle_state)
-{
-    /* Everything the decision needs is in the record's own cache line. A handle of a context
-     * known to be gone may land in its dead class's magazine here: harmless, a dead class
-     * hands nothing out, and trim forgets its handles without a driver call. */
-    if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING &&
-                      rec->kind == (uint32_t)ops->kind &&
-                      atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
-                      (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
-        /* an explicit pool names its class: its slot is found without waiting for the record */
-        return slot_push(tc, expect ? expect->index : rec->index, rec, h, idle_state);
-    }
-    return false;
-}
-
 /* A release of a handle other than the thread's last acquired one: a registry lookup first.
- * Out of line, so the fast path below saves no registers. */
-__attribute__((noinline)) static CUresult release_lookup(const struct cupool__class_ops *ops,
+ * Out of line, so release_handle (pool/hot.h) saves no registers. */
+__attribute__((noinline)) CUresult cupool__release_lookup(const struct cupool__class_ops *ops,
                                                          struct cupool__class *expect, void *h,
                                                          uint32_t idle_state)
 {
@@ -345,21 +310,7 @@ __attribute__((noinline)) static CUresult release_lookup(const struct cupool__cl
     struct cupool__handle *rec = cupool__reg_read(tc, h);
     if (rec != NULL && tc != NULL && release_push(ops, expect, tc, rec, h, idle_state))
         return CUDA_SUCCESS;
-    return release_general(ops, expect, h, idle_state);
-}
-
-/* The release fast path: the thread's last acquired handle (else a registry lookup), the
- * ownership check, a push onto this thread's magazine. Inlined into each public release. */
-__attribute__((always_inline)) static inline CUresult release_handle(
-    const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
-{
-    struct cupool__tcache *tc = cupool__tl;
-    struct cupool__handle *rec = tc ? tc->last : NULL;
-    if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
-        return release_lookup(ops, expect, h, idle_state);
-    if (CUPOOL_LIKELY(release_push(ops, expect, tc, rec, h, idle_state)))
-        return CUDA_SUCCESS;
-    return release_general(ops, expect, h, idle_state);
+    return cupool__release_general(ops, expect, h, idle_state);
 }
 
 /* A release of a handle cupool knows, as release_handle; false (and nothing done) when the
@@ -378,26 +329,8 @@ bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresul
         return false;
     *result = tc && release_push(ops, NULL, tc, rec, h, idle_state)
                   ? CUDA_SUCCESS
-                  : release_general(ops, NULL, h, idle_state);
+                  : cupool__release_general(ops, NULL, h, idle_state);
     return true;
-}
-
-/* The class-cache set of (context id, key): a multiplicative hash of both, so that keys
- * differing only in high bits (priority -4 is 0xfffffffc) spread over the sets. */
-static inline struct cupool__cc_entry *cc_set(struct cupool__tcache *tc, cupool_kind_t kind,
-                                              unsigned long long id, uint64_t key)
-{
-    uint64_t h = ((uint64_t)id ^ (key * UINT64_C(0x9E3779B97F4A7C15))) *
-                 UINT64_C(0xD6E8FEB86659FD93);
-    return tc->cc[kind][h >> (64 - 5)]; /* CUPOOL_CC_SETS == 32 */
-}
-
-_Static_assert(CUPOOL_CC_SETS == 32 && CUPOOL_CC_WAYS == 2,
-               "cc_set and acquire_current assume 32 x 2");
-
-static inline bool cc_match(const struct cupool__cc_entry *e, unsigned long long id, uint64_t key)
-{
-    return e->ctx_id == id && e->key == key && e->cls != NULL;
 }
 
 /* The entry a fill of (id, key) takes: its own (stale) one, else way 0 after way 0 moved to
@@ -441,54 +374,6 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
     }
     cupool__read_leave(cupool__th(rtc));
     return r;
-}
-
-/* The current-context hit, both driver calls under one driver-call guard: cuCtxGetId(NULL),
- * the thread's class cache, the top of its magazine for that class and, for a stream released
- * unvouched, cuStreamIsCapturing. True: handed out. False: *r is cuCtxGetId's result (the
- * guard's CUDA_ERROR_DEINITIALIZED when the driver may not be called) and, on success, *id the
- * context's id; nothing was taken, and the caller decides everything again. */
-__attribute__((always_inline)) static inline bool current_hit(const struct cupool__class_ops *ops,
-                                                              uint64_t key,
-                                                              unsigned long long *id,
-                                                              CUresult *r, void **out)
-{
-    _Atomic uint32_t *guard = cupool__drv_begin();
-    if (CUPOOL_UNLIKELY(guard == NULL)) {
-        *r = CUDA_ERROR_DEINITIALIZED;
-        return false;
-    }
-    bool hit = false;
-    *r = cupool__driver_result(cupool__drv.cuCtxGetId(NULL, id));
-    struct cupool__tcache *tc = cupool__tl;
-    if (CUPOOL_LIKELY(*r == CUDA_SUCCESS && tc != NULL)) {
-        struct cupool__cc_entry *e = cc_set(tc, ops->kind, *id, key);
-        if (!cc_match(e, *id, key))
-            e++; /* way 1 */
-        struct cupool__slot *s;
-        if (CUPOOL_LIKELY(cc_match(e, *id, key) && cupool__state_now() == CUPOOL_ST_RUNNING &&
-                          (s = slot_of(tc, e->index)) != NULL && s->count != 0)) {
-            struct cupool__mag_item it = s->loaded->items[s->count - 1];
-            uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
-            if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == kind_gen((uint32_t)ops->kind,
-                                                               (uint32_t)e->gen))) {
-                if (st == CUPOOL_H_IDLE)
-                    hit = true;
-                else if (st == CUPOOL_H_IDLE_UNCHECKED) {
-                    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-                    hit = cupool__driver_result(cupool__drv.cuStreamIsCapturing(
-                              (CUstream)it.handle, &cs)) == CUDA_SUCCESS &&
-                          cs == CU_STREAM_CAPTURE_STATUS_NONE;
-                }
-                if (hit) {
-                    slot_take(tc, s, s->count, it.rec);
-                    *out = it.handle;
-                }
-            }
-        }
-    }
-    cupool__drv_end(guard);
-    return hit;
 }
 
 /* Current-context acquire: the context's id picks the class through the thread's cache. */

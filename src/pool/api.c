@@ -202,7 +202,7 @@ __attribute__((noinline)) static CUresult pool_acquire_as(const void *pool,
 }
 
 /* The general path of an explicit-pool acquire, out of line, for the hit's every miss. */
-__attribute__((noinline)) static CUresult pool_acquire_tail(const void *pool,
+__attribute__((noinline)) CUresult cupool__pool_acquire_tail(const void *pool,
                                                             const struct cupool__class_ops *ops,
                                                             void **out, bool tried)
 {
@@ -212,42 +212,17 @@ __attribute__((noinline)) static CUresult pool_acquire_tail(const void *pool,
 }
 
 /* A hit whose way out found reclamation due. */
-__attribute__((noinline)) static CUresult hit_then_reclaim(void)
+__attribute__((noinline)) CUresult cupool__hit_then_reclaim(void)
 {
     cupool__reclaim_deferred();
     return CUDA_SUCCESS;
-}
-
-/* The driver calls of an explicit-pool hit, under one driver-call guard: for `cls` (NULL: a
- * promised pool, nothing to check) its context still answers with the class's id, and for
- * `stream` (NULL: vouched or an event) the stream is not capturing. True: both hold. */
-__attribute__((always_inline)) static inline bool pool_hit_calls(const struct cupool__class *cls,
-                                                                 CUstream stream)
-{
-    _Atomic uint32_t *guard = cupool__drv_begin();
-    if (CUPOOL_UNLIKELY(guard == NULL))
-        return false;
-    bool ok = true;
-    if (cls) {
-        unsigned long long id = 0;
-        ok = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id)) == CUDA_SUCCESS &&
-             id == cls->ctx_id;
-    }
-    if (ok && stream) {
-        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-        ok = cupool__driver_result(cupool__drv.cuStreamIsCapturing(stream, &cs)) ==
-                 CUDA_SUCCESS &&
-             cs == CU_STREAM_CAPTURE_STATUS_NONE;
-    }
-    cupool__drv_end(guard);
-    return ok;
 }
 
 /* pool_acquire_hit past its checks, when the top of slot `s` needs driver calls (a pool
  * without the promise, or a stream released unvouched): out of line, so the hit that needs
  * none stays a leaf, and reading the top again after the calls, so little is live across
  * them. The magazine is this thread's alone: its top is still the record the hit checked. */
-__attribute__((noinline)) static CUresult pool_acquire_calls(const void *pool,
+__attribute__((noinline)) CUresult cupool__pool_acquire_calls(const void *pool,
                                                              const struct cupool__class_ops *ops,
                                                              void **out,
                                                              const struct cupool__class *cls,
@@ -256,57 +231,12 @@ __attribute__((noinline)) static CUresult pool_acquire_calls(const void *pool,
     const struct cupool__mag_item *top = &s->loaded->items[s->count - 1];
     bool vet = atomic_load_explicit(&top->rec->state, CUPOOL_RELAXED) == CUPOOL_H_IDLE_UNCHECKED;
     if (CUPOOL_UNLIKELY(!pool_hit_calls(cls, vet ? (CUstream)top->handle : NULL)))
-        return pool_acquire_tail(pool, ops, out, false);
+        return cupool__pool_acquire_tail(pool, ops, out, false);
     top = &s->loaded->items[s->count - 1];
     slot_take(cupool__tl, s, s->count, top->rec);
     *out = top->handle;
     if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
-        return hit_then_reclaim();
-    return CUDA_SUCCESS;
-}
-
-/*
- * The explicit-pool acquire: a hit on the top of the thread's magazine, without a read section
- * and without the class table's decoding. The pool value names (kind, index, gen); the top's
- * record must carry that pool word (struct cupool__handle) and be idle. Records are
- * type-stable and a class with a record registered is never reclaimed, so the match proves
- * that the class at the index is the incarnation the pool names (a pool of an older one
- * carries another gen, a value forged with the other kind's tag another word) and that the
- * record is this pool's; a false match needs 2^45 reuses of one class index between two
- * acquires. The class is still loaded for `alive` (a retired class hands nothing out); its line
- * is read-mostly and the load runs beside the magazine's.
- * A pool without the promise checks its context (cuCtxGetId) and a stream released unvouched
- * is vetted (cuStreamIsCapturing), under one driver-call guard (pool_acquire_calls). Anything
- * else, a failed check included, tail-calls the general path, which checks and decides
- * everything again and says why. The promised hit of a vouched stream or an event is a leaf:
- * no call, no register saved.
- */
-__attribute__((always_inline)) static inline CUresult
-pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
-{
-    uintptr_t v = (uintptr_t)pool;
-    struct cupool__tcache *tc = cupool__tl;
-    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != tag ||
-                        cupool__state_now() != CUPOOL_ST_RUNNING))
-        return pool_acquire_tail(pool, ops, out, false);
-    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
-    struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
-                                                     CUPOOL_ACQUIRE);
-    struct cupool__slot *s = slot_of(tc, index);
-    if (CUPOOL_UNLIKELY(cls == NULL || !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) ||
-                        s == NULL || s->count == 0)) /* a count implies a loaded magazine */
-        return pool_acquire_tail(pool, ops, out, false);
-    struct cupool__mag_item it = s->loaded->items[s->count - 1];
-    uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
-    if (CUPOOL_UNLIKELY(it.rec->pool_word != (v | POOL_PROMISED) ||
-                        (st != CUPOOL_H_IDLE && st != CUPOOL_H_IDLE_UNCHECKED)))
-        return pool_acquire_tail(pool, ops, out, false);
-    if (!(v & POOL_PROMISED) || st == CUPOOL_H_IDLE_UNCHECKED)
-        return pool_acquire_calls(pool, ops, out, v & POOL_PROMISED ? NULL : cls, s);
-    slot_take(tc, s, s->count, it.rec);
-    *out = it.handle;
-    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
-        return hit_then_reclaim();
+        return cupool__hit_then_reclaim();
     return CUDA_SUCCESS;
 }
 
@@ -340,41 +270,11 @@ static inline CUresult pool_release(const void *pool, const struct cupool__class
     return cupool__release_of(ops, cls, h, idle_state);
 }
 
-__attribute__((noinline)) static CUresult pool_release_general(const void *pool,
+__attribute__((noinline)) CUresult cupool__pool_release_general(const void *pool,
                                                                const struct cupool__class_ops *ops,
                                                                void *h, uint32_t idle_state)
 {
     return pool_release(pool, ops, h, idle_state);
-}
-
-/* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
- * matched by one compare of the record's pool word (its kind, index and gen) against the pool
- * value (see pool_acquire_hit): no read section, no load from the class. A leaf; anything else
- * tail-calls the general way. */
-__attribute__((always_inline)) static inline CUresult
-pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
-                 uint32_t idle_state)
-{
-    uintptr_t v = (uintptr_t)pool;
-    struct cupool__tcache *tc = cupool__tl;
-    struct cupool__handle *rec = tc ? tc->last : NULL;
-    if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
-                      rec->pool_word == (v | POOL_PROMISED) && (v & 0xfu) == tag &&
-                      cupool__state_now() == CUPOOL_ST_RUNNING &&
-                      atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
-                      rec->index < CUPOOL_SLOTS_PER_CHUNK)) {
-        struct cupool__slot *s = &tc->slots0[rec->index];
-        uint32_t n = s->count;
-        if (CUPOOL_LIKELY(n < s->limit)) {
-            atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
-            s->loaded->items[n].rec = rec;
-            s->loaded->items[n].handle = h;
-            s->count = n + 1;
-            cupool__counter_inc(&s->releases);
-            return CUDA_SUCCESS;
-        }
-    }
-    return pool_release_general(pool, ops, h, idle_state);
 }
 
 CUresult cupool_stream_pool_release(cupool_stream_pool_t pool, CUstream stream,

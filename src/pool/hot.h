@@ -14,12 +14,19 @@
  * is deliberate: at acquire the current context's id matches the class's, so the context and
  * its streams are known to be alive, while a release may come after a context reset, when any
  * driver call on the old stream crashes the driver (seen on an H200, driver 580.159).
+ *
+ * Read top to bottom: the record's words; the out-of-line paths every hit falls back to; the
+ * hit on a magazine's top (slot_hit, acquire_from); the current-context acquire's hit
+ * (current_hit); the release (release_handle); the explicit pools' acquire and release
+ * (pool_acquire_hit, pool_release_hit). Each public acquire and release inlines one of these;
+ * everything else is out of line in pool/acquire.c and pool/api.c.
  */
 #ifndef CUPOOL_POOL_HOT_H
 #define CUPOOL_POOL_HOT_H
 #include "base/internal.h"
 #include "pool/pool.h"
 #include "pool/pool_impl.h"
+#include "base/driver.h"
 #include <string.h>
 
 /* A record's kind and gen (adjacent words) as one word, and the word a record of class
@@ -41,6 +48,28 @@ static inline uint64_t kind_gen(uint32_t kind, uint32_t gen32)
     memcpy(&x, w, 8);
     return x;
 }
+
+/* ---- the out-of-line paths the hits fall back to (pool/acquire.c, pool/api.c) ---- */
+struct cupool__class_ops;
+/* The release of a handle other than the thread's last acquired one: a registry lookup. */
+CUresult cupool__release_lookup(const struct cupool__class_ops *ops, struct cupool__class *expect,
+                                void *h, uint32_t idle_state);
+/* Every release but the fast one: other lifecycle states, refusals, a full magazine. */
+CUresult cupool__release_general(const struct cupool__class_ops *ops, struct cupool__class *expect,
+                                 void *h, uint32_t idle_state);
+/* The explicit pools' general acquire (`tried`: the hit failed already) and release. */
+CUresult cupool__pool_acquire_tail(const void *pool, const struct cupool__class_ops *ops,
+                                   void **out, bool tried);
+CUresult cupool__pool_release_general(const void *pool, const struct cupool__class_ops *ops,
+                                      void *h, uint32_t idle_state);
+/* pool_acquire_hit's top when it needs driver calls (cls NULL: a promised pool). */
+CUresult cupool__pool_acquire_calls(const void *pool, const struct cupool__class_ops *ops,
+                                    void **out, const struct cupool__class *cls,
+                                    struct cupool__slot *s);
+/* A hit whose way out found reclamation due. */
+CUresult cupool__hit_then_reclaim(void);
+
+/* ---- the hit on a magazine's top ---- */
 
 /*
  * A hit on the top of this thread's magazine for class index `index`, when the record there
@@ -106,6 +135,227 @@ __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool
         return CUDA_SUCCESS;
     /* a failed capture check: checked again there */
     return cupool__acquire_general(cls, ctx_current, out);
+}
+
+/* ---- the current-context acquire ---- */
+
+/* The class-cache set of (context id, key): a multiplicative hash of both, so that keys
+ * differing only in high bits (priority -4 is 0xfffffffc) spread over the sets. */
+static inline struct cupool__cc_entry *cc_set(struct cupool__tcache *tc, cupool_kind_t kind,
+                                              unsigned long long id, uint64_t key)
+{
+    uint64_t h = ((uint64_t)id ^ (key * UINT64_C(0x9E3779B97F4A7C15))) *
+                 UINT64_C(0xD6E8FEB86659FD93);
+    return tc->cc[kind][h >> (64 - 5)]; /* CUPOOL_CC_SETS == 32 */
+}
+
+_Static_assert(CUPOOL_CC_SETS == 32 && CUPOOL_CC_WAYS == 2,
+               "cc_set and acquire_current assume 32 x 2");
+
+static inline bool cc_match(const struct cupool__cc_entry *e, unsigned long long id, uint64_t key)
+{
+    return e->ctx_id == id && e->key == key && e->cls != NULL;
+}
+
+/* The current-context hit, both driver calls under one driver-call guard: cuCtxGetId(NULL),
+ * the thread's class cache, the top of its magazine for that class and, for a stream released
+ * unvouched, cuStreamIsCapturing. True: handed out. False: *r is cuCtxGetId's result (the
+ * guard's CUDA_ERROR_DEINITIALIZED when the driver may not be called) and, on success, *id the
+ * context's id; nothing was taken, and the caller decides everything again. */
+__attribute__((always_inline)) static inline bool current_hit(const struct cupool__class_ops *ops,
+                                                              uint64_t key,
+                                                              unsigned long long *id,
+                                                              CUresult *r, void **out)
+{
+    _Atomic uint32_t *guard = cupool__drv_begin();
+    if (CUPOOL_UNLIKELY(guard == NULL)) {
+        *r = CUDA_ERROR_DEINITIALIZED;
+        return false;
+    }
+    bool hit = false;
+    *r = cupool__driver_result(cupool__drv.cuCtxGetId(NULL, id));
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(*r == CUDA_SUCCESS && tc != NULL)) {
+        struct cupool__cc_entry *e = cc_set(tc, ops->kind, *id, key);
+        if (!cc_match(e, *id, key))
+            e++; /* way 1 */
+        struct cupool__slot *s;
+        if (CUPOOL_LIKELY(cc_match(e, *id, key) && cupool__state_now() == CUPOOL_ST_RUNNING &&
+                          (s = slot_of(tc, e->index)) != NULL && s->count != 0)) {
+            struct cupool__mag_item it = s->loaded->items[s->count - 1];
+            uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+            if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == kind_gen((uint32_t)ops->kind,
+                                                               (uint32_t)e->gen))) {
+                if (st == CUPOOL_H_IDLE)
+                    hit = true;
+                else if (st == CUPOOL_H_IDLE_UNCHECKED) {
+                    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                    hit = cupool__driver_result(cupool__drv.cuStreamIsCapturing(
+                              (CUstream)it.handle, &cs)) == CUDA_SUCCESS &&
+                          cs == CU_STREAM_CAPTURE_STATUS_NONE;
+                }
+                if (hit) {
+                    slot_take(tc, s, s->count, it.rec);
+                    *out = it.handle;
+                }
+            }
+        }
+    }
+    cupool__drv_end(guard);
+    return hit;
+}
+
+/* ---- the release ---- */
+
+/* Pushes an owned record onto this thread's loaded magazine for class index `index` when it
+ * has room, in `idle_state`; false otherwise (nothing changed). */
+__attribute__((always_inline)) static inline bool slot_push(struct cupool__tcache *tc,
+                                                            uint32_t index,
+                                                            struct cupool__handle *rec, void *h,
+                                                            uint32_t idle_state)
+{
+    struct cupool__slot *s = slot_of(tc, index);
+    if (CUPOOL_UNLIKELY(s == NULL || s->count >= s->limit))
+        return false;
+    atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+    s->loaded->items[s->count++] = (struct cupool__mag_item){rec, h};
+    cupool__counter_inc(&s->releases);
+    return true;
+}
+
+/* Pushes a record found for `h` onto this thread's magazine if every check passes; false
+ * otherwise (the general path then decides). */
+__attribute__((always_inline)) static inline bool
+release_push(const struct cupool__class_ops *ops, struct cupool__class *expect,
+             struct cupool__tcache *tc, struct cupool__handle *rec, void *h, uint32_t idle_state)
+{
+    /* Everything the decision needs is in the record's own cache line. A handle of a context
+     * known to be gone may land in its dead class's magazine here: harmless, a dead class
+     * hands nothing out, and trim forgets its handles without a driver call. */
+    if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING &&
+                      rec->kind == (uint32_t)ops->kind &&
+                      atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
+                      (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
+        /* an explicit pool names its class: its slot is found without waiting for the record */
+        return slot_push(tc, expect ? expect->index : rec->index, rec, h, idle_state);
+    }
+    return false;
+}
+
+/* The release fast path: the thread's last acquired handle (else a registry lookup), the
+ * ownership check, a push onto this thread's magazine. Inlined into each public release. */
+__attribute__((always_inline)) static inline CUresult release_handle(
+    const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
+        return cupool__release_lookup(ops, expect, h, idle_state);
+    if (CUPOOL_LIKELY(release_push(ops, expect, tc, rec, h, idle_state)))
+        return CUDA_SUCCESS;
+    return cupool__release_general(ops, expect, h, idle_state);
+}
+
+/* ---- the explicit pools ---- */
+
+/* The driver calls of an explicit-pool hit, under one driver-call guard: for `cls` (NULL: a
+ * promised pool, nothing to check) its context still answers with the class's id, and for
+ * `stream` (NULL: vouched or an event) the stream is not capturing. True: both hold. */
+__attribute__((always_inline)) static inline bool pool_hit_calls(const struct cupool__class *cls,
+                                                                 CUstream stream)
+{
+    _Atomic uint32_t *guard = cupool__drv_begin();
+    if (CUPOOL_UNLIKELY(guard == NULL))
+        return false;
+    bool ok = true;
+    if (cls) {
+        unsigned long long id = 0;
+        ok = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id)) == CUDA_SUCCESS &&
+             id == cls->ctx_id;
+    }
+    if (ok && stream) {
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        ok = cupool__driver_result(cupool__drv.cuStreamIsCapturing(stream, &cs)) ==
+                 CUDA_SUCCESS &&
+             cs == CU_STREAM_CAPTURE_STATUS_NONE;
+    }
+    cupool__drv_end(guard);
+    return ok;
+}
+
+/*
+ * The explicit-pool acquire: a hit on the top of the thread's magazine, without a read section
+ * and without the class table's decoding. The pool value names (kind, index, gen); the top's
+ * record must carry that pool word (struct cupool__handle) and be idle. Records are
+ * type-stable and a class with a record registered is never reclaimed, so the match proves
+ * that the class at the index is the incarnation the pool names (a pool of an older one
+ * carries another gen, a value forged with the other kind's tag another word) and that the
+ * record is this pool's; a false match needs 2^45 reuses of one class index between two
+ * acquires. The class is still loaded for `alive` (a retired class hands nothing out); its line
+ * is read-mostly and the load runs beside the magazine's.
+ * A pool without the promise checks its context (cuCtxGetId) and a stream released unvouched
+ * is vetted (cuStreamIsCapturing), under one driver-call guard (pool_acquire_calls). Anything
+ * else, a failed check included, tail-calls the general path, which checks and decides
+ * everything again and says why. The promised hit of a vouched stream or an event is a leaf:
+ * no call, no register saved.
+ */
+__attribute__((always_inline)) static inline CUresult
+pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != tag ||
+                        cupool__state_now() != CUPOOL_ST_RUNNING))
+        return cupool__pool_acquire_tail(pool, ops, out, false);
+    uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+    struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
+                                                     CUPOOL_ACQUIRE);
+    struct cupool__slot *s = slot_of(tc, index);
+    if (CUPOOL_UNLIKELY(cls == NULL || !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) ||
+                        s == NULL || s->count == 0)) /* a count implies a loaded magazine */
+        return cupool__pool_acquire_tail(pool, ops, out, false);
+    struct cupool__mag_item it = s->loaded->items[s->count - 1];
+    uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+    if (CUPOOL_UNLIKELY(it.rec->pool_word != (v | POOL_PROMISED) ||
+                        (st != CUPOOL_H_IDLE && st != CUPOOL_H_IDLE_UNCHECKED)))
+        return cupool__pool_acquire_tail(pool, ops, out, false);
+    if (!(v & POOL_PROMISED) || st == CUPOOL_H_IDLE_UNCHECKED)
+        return cupool__pool_acquire_calls(pool, ops, out, v & POOL_PROMISED ? NULL : cls, s);
+    slot_take(tc, s, s->count, it.rec);
+    *out = it.handle;
+    if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
+        return cupool__hit_then_reclaim();
+    return CUDA_SUCCESS;
+}
+
+/* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
+ * matched by one compare of the record's pool word (its kind, index and gen) against the pool
+ * value (see pool_acquire_hit): no read section, no load from the class. A leaf; anything else
+ * tail-calls the general way. */
+__attribute__((always_inline)) static inline CUresult
+pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
+                 uint32_t idle_state)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
+                      rec->pool_word == (v | POOL_PROMISED) && (v & 0xfu) == tag &&
+                      cupool__state_now() == CUPOOL_ST_RUNNING &&
+                      atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
+                      rec->index < CUPOOL_SLOTS_PER_CHUNK)) {
+        struct cupool__slot *s = &tc->slots0[rec->index];
+        uint32_t n = s->count;
+        if (CUPOOL_LIKELY(n < s->limit)) {
+            atomic_store_explicit(&rec->state, idle_state, CUPOOL_RELAXED);
+            s->loaded->items[n].rec = rec;
+            s->loaded->items[n].handle = h;
+            s->count = n + 1;
+            cupool__counter_inc(&s->releases);
+            return CUDA_SUCCESS;
+        }
+    }
+    return cupool__pool_release_general(pool, ops, h, idle_state);
 }
 
 #endif
