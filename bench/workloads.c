@@ -29,14 +29,17 @@
  *   class-clash   the current-context API alternating keys on one thread: two priorities (0
  *                 and -4, same flags), every distinct class of the context, and 89 keys
  *                 (flags x priority, priorities clamped to the device's range, so 89 keys make
- *                 fewer classes: the row says how many). ns per pair; floor: one key.
+ *                 fewer classes: the row says how many). ns per pair; floor: one key,
+ *                 and a row of the driver's own two calls alternating two streams against
+ *                 one stream.
  *   explicit      pairs on 1 and 16 threads: the explicit stream pool (not vouched) against
  *                 cuCtxGetId(ctx) + cuStreamIsCapturing + a thread-local array pop+push; the
  *                 current-context API against cuCtxGetId(NULL) + cuStreamIsCapturing +
  *                 pop+push; the check-free stream pair (CUPOOL_POOL_CONTEXT_OUTLIVES, released
  *                 vouched) and event pair against a pop+push; and the check-free stream pair
  *                 with the checked pool's two driver calls inline (what the checked pair is
- *                 made of: no target of its own).
+ *                 made of: no target of its own). In class-clash and explicit, thread i
+ *                 of a row and of its floor is pinned to the i-th allowed CPU.
  *   service-mix   16 request threads; each request acquires a stream and two events from
  *                 explicit pools, records the first event,
  *                 describes and launches one of S pipeline signatures (S = 4 by default; tiny
@@ -304,6 +307,25 @@ static void spawn(pthread_t *t, void *(*fn)(void *), void *arg)
         fprintf(stderr, "cupool-bench workloads: pthread_create: %s\n", strerror(e));
         exit(1);
     }
+}
+
+/* Pins the calling thread to the i-th CPU it may run on (modulo their number), so that a row
+ * and its floor, run in turns, run on the same CPUs: unpinned, a one-thread row moved by up to
+ * 2x between runs on an H200 VM as the scheduler placed it. Best effort: a failure leaves the
+ * thread where it is. */
+static void pin_self(int i)
+{
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) == 0)
+        return;
+    int want = i % CPU_COUNT(&allowed);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed) && want-- == 0) {
+            CPU_ZERO(&one);
+            CPU_SET(c, &one);
+            (void)pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+            return;
+        }
 }
 
 /* ---- the timer ---- */
@@ -906,6 +928,7 @@ struct pjob {
     pthread_barrier_t *start;
     double ns;
     CUstream fs; /* the floor's stream, created by the driver */
+    int cpu;     /* pinned to the cpu-th allowed CPU (pin_self) */
     void *volatile stack[16];
     volatile unsigned int count;
     pthread_t t;
@@ -1020,6 +1043,7 @@ static void *pair_thread(void *arg)
 {
     struct pjob *j = arg;
     int floor = j->op >= OP_FLOOR_CTX;
+    pin_self(j->cpu);
     WCHECK(d.cuCtxSetCurrent(ctx));
     if (j->op == OP_FLOOR_KEYS) {
         for (int k = 0; k < j->nkeys && k < 16; k++)
@@ -1071,6 +1095,7 @@ static double run_pairs(enum op op, const struct key *keys, int nkeys, int threa
     pthread_barrier_init(&start, NULL, (unsigned)threads);
     for (int i = 0; i < threads; i++) {
         j[i].op = op;
+        j[i].cpu = i;
         j[i].keys = keys;
         j[i].nkeys = nkeys;
         j[i].n = n;
