@@ -42,6 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef CUPOOL_BIN_TO_PKGLIB
+#define CUPOOL_BIN_TO_PKGLIB "../lib/cupool"
+#endif
 #ifndef CUPOOL_PKGLIBDIR
 #define CUPOOL_PKGLIBDIR "/usr/local/lib/cupool"
 #endif
@@ -247,6 +250,24 @@ static double measure(enum kind k, enum method m, int threads)
     return sum / threads;
 }
 
+/* Sums over every class of kind k (streams or events): acquires and driver creates. */
+static void kind_counts(enum kind k, uint64_t *acquires, uint64_t *creates)
+{
+    size_t n = 0;
+    *acquires = *creates = 0;
+    if (cupool_stats_get(NULL, 0, &n) != CUDA_SUCCESS || n == 0)
+        return;
+    cupool_class_stats_t *st = calloc(n, sizeof *st);
+    size_t got = 0;
+    if (st && cupool_stats_get(st, n, &got) == CUDA_SUCCESS)
+        for (size_t i = 0; i < got && i < n; i++)
+            if ((st[i].kind == CUPOOL_KIND_STREAM) == (k == STREAMS)) {
+                *acquires += st[i].acquires;
+                *creates += st[i].creates;
+            }
+    free(st);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -305,6 +326,12 @@ static int find_simulator(char *out, size_t len)
                 access(out, R_OK) == 0)
                 return 1;
         }
+        /* installed: the simulated driver's place relative to the binary's (a moved install
+         * keeps the two together) */
+        if (CUPOOL_BIN_TO_PKGLIB[0] &&
+            (size_t)snprintf(out, len, "%s/%s/fakecuda.so", exe, CUPOOL_BIN_TO_PKGLIB) < len &&
+            access(out, R_OK) == 0)
+            return 1;
     }
     snprintf(out, len, "%s/fakecuda.so", CUPOOL_PKGLIBDIR);
     return access(out, R_OK) == 0;
@@ -506,7 +533,21 @@ int main(int argc, char **argv)
             printf("ns per create+destroy (driver) or acquire+release (cupool) pair, per thread; "
                    "median of %d repeats\n",
                    repeats);
+        if (simulated)
+            printf("On the simulated driver the timings measure a simulation on this CPU and say "
+                   "nothing about\ncupool's speed with CUDA. What holds on any machine: every "
+                   "call succeeded, and the\ncounts of driver creates per cupool acquire below "
+                   "each table.\n");
+        int over = 0;
+        for (int ti = 0; ti < nthreads; ti++)
+            over |= threads[ti] > cpus;
+        if (over && (kinds[STREAMS] || kinds[EVENTS] || kinds[CALLS]))
+            printf("WARNING: rows marked * run more threads than this machine's %ld CPUs: their "
+                   "threads take\nturns on the CPUs, so their per-thread figures include the "
+                   "waiting.\n",
+                   cpus);
     }
+    double stream_ns[16][M_COUNT] = {{0}};
 
     int first = 1;
     for (int k = STREAMS; k <= CALLS; k++) {
@@ -536,6 +577,9 @@ int main(int argc, char **argv)
             }
             printf("\n");
         }
+        uint64_t acq0 = 0, cre0 = 0;
+        if (!calls)
+            kind_counts((enum kind)k, &acq0, &cre0);
         for (int ti = 0; ti < nthreads; ti++) {
             for (int m = 0; m < nmethods; m++) {
                 if (SKIP(m))
@@ -557,8 +601,11 @@ int main(int argc, char **argv)
                     first = 0;
                 }
             }
+            if (k == STREAMS)
+                for (int m = 0; m < M_COUNT; m++)
+                    stream_ns[ti][m] = med[ti][m];
             if (!json) {
-                printf("%7d", threads[ti]);
+                printf("%6d%c", threads[ti], threads[ti] > cpus ? '*' : ' ');
                 for (int m = 0; m < nmethods; m++)
                     if (!SKIP(m))
                         printf(" %*.1f", calls ? 22 : 13, med[ti][m]);
@@ -579,8 +626,16 @@ int main(int argc, char **argv)
                 if (!SKIP(m))
                     printf(" %s %.2f%s", names[m], med[nthreads - 1][m] / med[0][m],
                            m + 1 < nmethods ? "," : "\n");
-            if (!calls)
+            if (!calls) {
                 printf("(\"cupool x\" etc.: speedup over the driver at the same thread count)\n");
+                uint64_t acq1, cre1;
+                kind_counts((enum kind)k, &acq1, &cre1);
+                uint64_t a = acq1 - acq0, c = cre1 - cre0;
+                printf("every call succeeded; cupool made %llu driver creates for %llu acquires "
+                       "(%.2f per 1000): the rest reused pooled %s\n",
+                       (unsigned long long)c, (unsigned long long)a,
+                       a ? 1000.0 * (double)c / (double)a : 0.0, kind_names[k]);
+            }
         }
     }
 #undef SKIP
@@ -595,6 +650,19 @@ int main(int argc, char **argv)
         }
         printf("}\n");
         return 0;
+    }
+    if (kinds[STREAMS] && !simulated && stream_ns[0][M_DRIVER] > 0) {
+        /* what it buys, in one line (first and last thread counts measured) */
+        int t = nthreads - 1;
+        printf("\nIn one line: a stream costs %.0f ns from cupool_stream_acquire+release and "
+               "%.0f ns from a promised pool, instead of %.1f us to create and destroy one with "
+               "the driver (%d thread%s",
+               stream_ns[0][M_CUPOOL], stream_ns[0][M_POOL_PROMISED],
+               stream_ns[0][M_DRIVER] / 1000, threads[0], threads[0] == 1 ? "" : "s");
+        if (t > 0)
+            printf("; %.0f and %.0f ns instead of %.1f us at %d threads", stream_ns[t][M_CUPOOL],
+                   stream_ns[t][M_POOL_PROMISED], stream_ns[t][M_DRIVER] / 1000, threads[t]);
+        printf(")\n");
     }
     if (graphs)
         return cupool_bench_graphs(ctx, graph_iters, timeline, label);

@@ -1,0 +1,78 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# What make install puts in place, installed into a temporary DESTDIR:
+#  - pkg-config --variable=fakecuda cupool names the installed simulated driver;
+#  - the installed tree, moved elsewhere whole, still runs: cupool-bench finds the simulated
+#    driver relative to its own place;
+#  - the CMake package: a project that says only find_package(cupool CONFIG REQUIRED) and links
+#    cupool::cupool builds and runs against it (on the simulated driver its cupool_FAKECUDA
+#    names), and a request for another minor version of 0.x is refused (skipped without cmake).
+set -u
+tmp=$(mktemp -d) || exit 99
+trap 'rm -rf "$tmp"' EXIT
+${MAKE:-make} -s install DESTDIR="$tmp/root" >"$tmp/install.log" 2>&1 ||
+    { cat "$tmp/install.log"; echo "check_install: make install failed"; exit 1; }
+prefix="$tmp/root${CUPOOLTEST_PREFIX:?}"
+libdir="$tmp/root${CUPOOLTEST_LIBDIR:?}"
+
+if command -v pkg-config >/dev/null 2>&1; then
+    fake=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --variable=fakecuda cupool)
+    [ "$fake" = "$CUPOOLTEST_LIBDIR/cupool/fakecuda.so" ] && [ -f "$tmp/root$fake" ] ||
+        { echo "check_install: pkg-config --variable=fakecuda says '$fake'"; exit 1; }
+    echo "check_install: pkg-config --variable=fakecuda cupool: $fake"
+fi
+
+mv "$tmp/root" "$tmp/moved"
+mprefix="$tmp/moved$CUPOOLTEST_PREFIX"
+out=$(env -u CUPOOL_DRIVER_PATH LD_LIBRARY_PATH="$tmp/moved$CUPOOLTEST_LIBDIR" \
+      "$mprefix/bin/cupool-bench" streams --threads 1 --repeats 1 --pairs 1000 --driver-pairs 10 2>&1)
+case "$out" in
+*"SIMULATED driver $tmp/moved"*) echo "check_install: a moved cupool-bench found its simulated driver" ;;
+*"SIMULATED driver"*) echo "$out" | head -3; echo "check_install: a moved cupool-bench used a simulated driver outside its tree"; exit 1 ;;
+*"NO GPU"*|*"no simulated driver"*) echo "$out" | head -3; echo "check_install: a moved cupool-bench did not find its simulated driver"; exit 1 ;;
+*) echo "check_install: a GPU answered: the relocation check needs a machine without one (not checked)" ;;
+esac
+mv "$tmp/moved" "$tmp/root"
+
+command -v cmake >/dev/null 2>&1 || { echo "check_install: no cmake: the CMake package not checked"; exit 0; }
+mkdir -p "$tmp/proj"
+cat >"$tmp/proj/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(cupool_user C)
+find_package(cupool 0.1 CONFIG REQUIRED)
+add_executable(user user.c)
+target_link_libraries(user PRIVATE cupool::cupool)
+file(WRITE "${CMAKE_BINARY_DIR}/fakecuda.txt" "${cupool_FAKECUDA}")
+find_package(cupool 0.99 CONFIG QUIET)
+file(WRITE "${CMAKE_BINARY_DIR}/other-minor.txt" "${cupool_FOUND}")
+CMAKE
+cat >"$tmp/proj/user.c" <<'C'
+#include <cupool.h>
+#include <stdio.h>
+int main(void)
+{
+    CUresult (*init)(unsigned), (*retain)(CUcontext *, CUdevice), (*set)(CUcontext);
+    if (cupool_driver_get_proc("cuInit", 2000, (void **)&init) ||
+        cupool_driver_get_proc("cuDevicePrimaryCtxRetain", 7000, (void **)&retain) ||
+        cupool_driver_get_proc("cuCtxSetCurrent", 4000, (void **)&set))
+        return 2;
+    CUcontext ctx;
+    CUstream s;
+    if (init(0) || retain(&ctx, 0) || set(ctx) || cupool_stream_acquire(&s, 0, 0) ||
+        cupool_stream_release(s))
+        return 3;
+    printf("cupool %s: a pooled stream\n", cupool_version());
+    return 0;
+}
+C
+cmake -S "$tmp/proj" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="${CUPOOLTEST_CC:-cc}" \
+    >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; echo "check_install: configure failed"; exit 1; }
+cmake --build "$tmp/b" >"$tmp/build.log" 2>&1 ||
+    { cat "$tmp/build.log"; echo "check_install: build failed"; exit 1; }
+fake=$(cat "$tmp/b/fakecuda.txt")
+[ -f "$fake" ] || { echo "check_install: cupool_FAKECUDA names $fake: no such file"; exit 1; }
+[ "$(cat "$tmp/b/other-minor.txt")" != 1 ] ||
+    { echo "check_install: find_package(cupool 0.99) accepted this 0.x release"; exit 1; }
+out=$(CUPOOL_DRIVER_PATH="$fake" LD_LIBRARY_PATH="$prefix/lib:${CUPOOLTEST_LIBDIR:+$tmp/root$CUPOOLTEST_LIBDIR}" \
+      "$tmp/b/user") || { echo "check_install: the program failed ($?): $out"; exit 1; }
+echo "check_install: $out (built with find_package(cupool CONFIG), run on $fake)"
