@@ -22,6 +22,21 @@ if command -v pkg-config >/dev/null 2>&1; then
     echo "check_install: pkg-config --variable=fakecuda cupool: $fake"
 fi
 
+man3="$tmp/root$(dirname "$CUPOOLTEST_LIBDIR")/share/man/man3"
+[ -d "$man3" ] || man3=$(find "$tmp/root" -type d -name man3 | head -n 1)
+for a in cupool_stream_release cupool_pipeline_launch cupool_cuStreamCreate; do
+    t=$(readlink "$man3/$a.3") && [ -f "$man3/$t" ] ||
+        { echo "check_install: the alias page $a.3 is not a link to a page beside it"; exit 1; }
+done
+# the installed pages name the simulated driver where this prefix puts it (roff: \- for -)
+${MAKE:-make} -s install-data prefix=/opt/cu-other DESTDIR="$tmp/other" >"$tmp/other.log" 2>&1 ||
+    { cat "$tmp/other.log"; echo "check_install: make install-data prefix=/opt/cu-other failed"; exit 1; }
+for page in man3/cupool.3 man1/cupool-bench.1; do
+    grep -qF '/opt/cu\-other/lib/cupool/fakecuda.so' "$tmp/other/opt/cu-other/share/man/$page" ||
+        { echo "check_install: $page does not name /opt/cu-other/lib/cupool/fakecuda.so"; exit 1; }
+done
+echo "check_install: alias pages link to their pages; the pages follow the prefix"
+
 mv "$tmp/root" "$tmp/moved"
 mprefix="$tmp/moved$CUPOOLTEST_PREFIX"
 out=$(env -u CUPOOL_DRIVER_PATH LD_LIBRARY_PATH="$tmp/moved$CUPOOLTEST_LIBDIR" \

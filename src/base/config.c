@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <unistd.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ extern char **environ;
 
 struct cupool__config cupool__cfg;
 
-enum var_type { VAR_UINT, VAR_U64, VAR_BOOL, VAR_LOG, VAR_STATS, VAR_PATH };
+enum var_type { VAR_UINT, VAR_U64, VAR_BYTES, VAR_BOOL, VAR_LOG, VAR_STATS, VAR_PATH };
 
 struct var {
     const char *name;
@@ -45,7 +46,7 @@ static const struct var vars[] = {
     {"CUPOOL_STREAM_PREWARM", VAR_UINT, OFF(stream_prewarm), 0, 4096, 0, NULL},
     {"CUPOOL_EVENT_PREWARM", VAR_UINT, OFF(event_prewarm), 0, 65536, 0, NULL},
     {"CUPOOL_DISABLE", VAR_BOOL, OFF(disable), 0, 1, 0, NULL},
-    {"CUPOOL_GRAPH_CACHE_BYTES", VAR_U64, OFF(graph_cache_bytes), 0, 1UL << 48, 256UL << 20, NULL},
+    {"CUPOOL_GRAPH_CACHE_BYTES", VAR_BYTES, OFF(graph_cache_bytes), 0, 1UL << 48, 256UL << 20, NULL},
     {"CUPOOL_GRAPH_CACHE_ENTRIES", VAR_UINT, OFF(graph_cache_entries), 0, 1000000, 1024, NULL},
     {"CUPOOL_GRAPH_EXECS_MAX", VAR_UINT, OFF(graph_execs_max), 1, 64, 16, NULL},
     {"CUPOOL_GRAPH_DISABLE", VAR_BOOL, OFF(graph_disable), 0, 1, 0, NULL},
@@ -108,6 +109,35 @@ static bool parse_uint(const char *s, unsigned long *out)
     return true;
 }
 
+/* A byte count: strict unsigned decimal, optionally followed by one unit letter, K, M, G or T
+ * (either case; powers of 1024), itself optionally followed by "B" or "iB": "512M", "1G",
+ * "64KiB". No sign, space or fraction; false on overflow. */
+static bool parse_bytes(const char *s, unsigned long *out)
+{
+    size_t digits = strspn(s, "0123456789");
+    if (digits == 0 || digits > 20)
+        return false;
+    const char *unit = s + digits;
+    unsigned shift = 0;
+    if (*unit) {
+        const char *p = strchr("KMGT", toupper((unsigned char)*unit));
+        if (!p || !*p)
+            return false;
+        shift = 10u * (unsigned)(p - "KMGT" + 1);
+        const char *rest = unit + 1;
+        if (*rest && strcasecmp(rest, "B") != 0 && strcasecmp(rest, "iB") != 0)
+            return false;
+    }
+    char num[24];
+    memcpy(num, s, digits);
+    num[digits] = '\0';
+    unsigned long v;
+    if (!parse_uint(num, &v) || (shift && v > (ULONG_MAX >> shift)))
+        return false;
+    *out = v << shift;
+    return true;
+}
+
 static bool parse_bool(const char *s, bool *out)
 {
     static const char *const yes[] = {"1", "true", "yes", "on"};
@@ -133,7 +163,8 @@ static void set_defaults(struct cupool__config *cfg)
         char *field = (char *)cfg + v->offset;
         switch (v->type) {
         case VAR_UINT: *(uint32_t *)field = (uint32_t)v->def; break;
-        case VAR_U64: *(uint64_t *)field = (uint64_t)v->def; break;
+        case VAR_U64:
+        case VAR_BYTES: *(uint64_t *)field = (uint64_t)v->def; break;
         case VAR_BOOL: *(bool *)field = v->def != 0; break;
         case VAR_LOG:
         case VAR_STATS: *(int *)field = (int)v->def; break;
@@ -162,6 +193,18 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
         report_line(report, arg,
                     "%s=\"%s\" is not valid: expected an integer from %lu to %lu; using the "
                     "default %lu",
+                    v->name, q, v->min, v->max, v->def);
+        break;
+    }
+    case VAR_BYTES: {
+        unsigned long n;
+        if (parse_bytes(value, &n) && n >= v->min && n <= v->max) {
+            *(uint64_t *)field = (uint64_t)n;
+            return;
+        }
+        report_line(report, arg,
+                    "%s=\"%s\" is not valid: expected a byte count from %lu to %lu, digits with "
+                    "an optional K, M, G or T (powers of 1024: 512M, 1G); using the default %lu",
                     v->name, q, v->min, v->max, v->def);
         break;
     }
@@ -252,7 +295,7 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
         cfg->stats_path[0] = '\0';
     } else {
         size_t size = v->type == VAR_UINT ? sizeof(uint32_t)
-                    : v->type == VAR_U64  ? sizeof(uint64_t)
+                    : v->type == VAR_U64 || v->type == VAR_BYTES ? sizeof(uint64_t)
                     : v->type == VAR_BOOL ? sizeof(bool)
                     : v->type == VAR_PATH ? (size_t)CUPOOL_PATH_MAX
                                           : sizeof(int);

@@ -132,6 +132,46 @@ START_TEST(bad_values_keep_defaults)
 }
 END_TEST
 
+/* Byte counts take a unit: K, M, G, T (powers of 1024), optionally with B or iB. */
+START_TEST(byte_counts_take_units)
+{
+    struct cupool__config c;
+    struct lines l;
+    static const struct {
+        const char *value;
+        uint64_t bytes;
+    } good[] = {{"0", 0},
+                {"4096", 4096},
+                {"64K", 64ull << 10},
+                {"64KiB", 64ull << 10},
+                {"512M", 512ull << 20},
+                {"512m", 512ull << 20},
+                {"512MB", 512ull << 20},
+                {"1G", 1ull << 30},
+                {"3g", 3ull << 30},
+                {"2T", 2ull << 40},
+                {"256T", 256ull << 40}};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char entry[128];
+        snprintf(entry, sizeof(entry), "CUPOOL_GRAPH_CACHE_BYTES=%s", good[i].value);
+        ck_assert_int_eq(parse(&c, &l, false, entry, NULL), 0);
+        ck_assert_uint_eq(c.graph_cache_bytes, good[i].bytes);
+    }
+    static const char *const bad[] = {"", "M", "1.5G", "1 G", "1G ", "-1G", "+1G", "1X", "1GiBs",
+                                      "1KM", "1Gb2", "257T", "99999999999999999999999K",
+                                      "18446744073709551615K"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char entry[128];
+        snprintf(entry, sizeof(entry), "CUPOOL_GRAPH_CACHE_BYTES=%s", bad[i]);
+        ck_assert_int_eq(parse(&c, &l, false, entry, NULL), 1);
+        ck_assert_uint_eq(c.graph_cache_bytes, 256ull << 20);
+        ck_assert_msg(strstr(l.text[0], "expected a byte count from 0 to 281474976710656") &&
+                          strstr(l.text[0], "using the default 268435456"),
+                      "%s: %s", bad[i], l.text[0]);
+    }
+}
+END_TEST
+
 START_TEST(bad_value_after_good_one_uses_default)
 {
     struct cupool__config c;
@@ -251,6 +291,7 @@ int main(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, valid_values);
     tcase_add_test(tc, bad_values_keep_defaults);
+    tcase_add_test(tc, byte_counts_take_units);
     tcase_add_test(tc, unknown_names_suggest_nearest);
     tcase_add_test(tc, bad_value_after_good_one_uses_default);
     tcase_add_test(tc, secure_process_ignores_paths);
