@@ -80,7 +80,10 @@ int main(void)
     return 0;
 }
 C
+# a library built with sanitizers needs their runtimes in the program too
+san=${CUPOOLTEST_SANITIZER_FLAGS:-}
 cmake -S "$tmp/proj" -B "$tmp/b" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_C_COMPILER="${CUPOOLTEST_CC:-cc}" \
+    -DCMAKE_C_FLAGS="$san" -DCMAKE_EXE_LINKER_FLAGS="$san" \
     >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; echo "check_install: configure failed"; exit 1; }
 cmake --build "$tmp/b" >"$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log"; echo "check_install: build failed"; exit 1; }
