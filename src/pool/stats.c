@@ -233,7 +233,7 @@ static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t 
     for (size_t i = 0; i < n; i++)                                                            \
         fprintf(out,                                                                          \
                 "cupool_class_" #field "%s{kind=\"%s\",context_id=\"%llu\",device=\"%d\","    \
-                "flags=\"%#x\",priority=\"%d\"} %" PRIu64 "\n",                               \
+                "flags=\"0x%x\",priority=\"%d\"} %" PRIu64 "\n",                              \
                 type[0] == 'c' ? "_total" : "", kind_name(st[i].kind), st[i].context_id,      \
                 st[i].device, st[i].flags, st[i].priority, st[i].field);
     CLASS_FIELDS(FAMILY)
@@ -244,7 +244,7 @@ static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t 
     for (size_t i = 0; i < n; i++)
         fprintf(out,
                 "cupool_class_context_alive{kind=\"%s\",context_id=\"%llu\",device=\"%d\","
-                "flags=\"%#x\",priority=\"%d\"} %d\n",
+                "flags=\"0x%x\",priority=\"%d\"} %d\n",
                 kind_name(st[i].kind), st[i].context_id, st[i].device, st[i].flags,
                 st[i].priority, st[i].context_alive ? 1 : 0);
     cupool__prom_metric(out, "cupool_maintenance_running", "gauge",
