@@ -337,7 +337,7 @@ static void alternate(cupool_pipeline_t *p, int np, CUgraphExec *exec, int nx, C
         timed_launch(p[j % np], NULL, s[j % ns]);
         timed_launch(NULL, exec[j % nx], s[j % ns]);
     }
-    cupool_graph_stats_t a, b;
+    cupool_graph_stats_t a = CUPOOL_GRAPH_STATS_INIT, b = CUPOOL_GRAPH_STATS_INIT;
     uint64_t locked = 0, free_ = 0;
     for (int done = 0; done < total; done += block) {
         check("stats", cupool_graph_stats_get(&a));
@@ -748,7 +748,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     int execs_max = emax && *emax ? atoi(emax) : 16; /* the default */
 
     int launches = 50;
-    cupool_graph_stats_t s0, s1;
+    cupool_graph_stats_t s0 = CUPOOL_GRAPH_STATS_INIT, s1 = CUPOOL_GRAPH_STATS_INIT;
     double one = throughput(1, launches, 0);
     cupool_graph_stats_get(&s0);
     double eight = throughput(8, launches, 0);
@@ -756,7 +756,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     double hand1 = throughput(1, launches, 1), hand8 = throughput(8, launches, 1);
     double shared8 = throughput(8, launches, 2);
     double late8 = throughput(8, launches, 3);
-    cupool_graph_stats_t st;
+    cupool_graph_stats_t st = CUPOOL_GRAPH_STATS_INIT;
     cupool_graph_stats_get(&st);
 
     if (json) {

@@ -527,13 +527,14 @@ static void counts_now(struct counts *c)
             fprintf(stderr, "cupool-bench workloads: out of memory\n");
             exit(1);
         }
+        st[0].size = sizeof *st; /* the array's element size */
     }
     for (size_t i = 0; i < n; i++) {
         c->creates += st[i].creates;
         c->destroys += st[i].destroys;
     }
     free(st);
-    cupool_maintenance_stats_t m;
+    cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
     MCHECK(cupool_maintenance_stats_get(&m));
     c->req_creates = m.request_creates;
     c->req_destroys = m.request_destroys;
@@ -817,7 +818,7 @@ static uint64_t decay_tick_ns(void)
 /* Driver creates and destroys on request threads so far (cupool_maintenance_stats_get). */
 static uint64_t request_calls_now(void)
 {
-    cupool_maintenance_stats_t m;
+    cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
     MCHECK(cupool_maintenance_stats_get(&m));
     return m.request_creates + m.request_destroys;
 }
@@ -1419,6 +1420,7 @@ static int stream_class_exists(unsigned int flags, int priority)
     cupool_class_stats_t *st = calloc(cap, sizeof *st);
     if (!st)
         exit(1);
+    st[0].size = sizeof *st; /* the array's element size */
     MCHECK(cupool_stats_get(st, cap, &n));
     int found = 0;
     for (size_t i = 0; i < n && i < cap; i++)
@@ -2169,7 +2171,7 @@ static void wl_mix(void)
     mix_wait_done(warmed);
     struct counts c0;
     counts_now(&c0);
-    cupool_graph_stats_t g0, g1;
+    cupool_graph_stats_t g0 = CUPOOL_GRAPH_STATS_INIT, g1 = CUPOOL_GRAPH_STATS_INIT;
     MCHECK(cupool_graph_stats_get(&g0));
     pthread_barrier_wait(&mix_b_go);
     uint64_t t0 = mono_ns();
@@ -2476,7 +2478,7 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     uint64_t mono1 = mono_ns(), tick1 = ticks();
     if (use_tsc)
         tsc_drift = (double)(tick1 - run_tick0) * ns_per_tick / (double)(mono1 - run_mono0) - 1;
-    cupool_maintenance_stats_t m;
+    cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
     MCHECK(cupool_maintenance_stats_get(&m));
     if (!opt_json) {
         printf("\nmaintenance thread: %s, %llu wakeups, %llu creates, %llu destroys; request "

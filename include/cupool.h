@@ -295,13 +295,32 @@ typedef enum cupool_kind {
     CUPOOL_KIND_EVENT = 1
 } cupool_kind_t;
 
+/*
+ * Statistics structs grow at their end, release after release, without breaking callers built
+ * against an older cupool.h. Each begins with `size_t size`: the caller sets it to the sizeof
+ * the struct it was compiled with before the call (the CUPOOL_*_STATS_INIT initialisers do).
+ * cupool writes only the first `size` bytes, the fields that fit, and stores in `size` the
+ * bytes it wrote: the smaller of the caller's size and its own struct's. A caller built against
+ * an older header thus gets its old prefix and nothing past it; one built against a newer header
+ * than the library's learns from `size` which fields were filled. A size smaller than the first
+ * version's (CUPOOL_*_STATS_SIZE_V1) is refused with CUDA_ERROR_INVALID_VALUE.
+ */
+#if defined(__cplusplus) && __cplusplus < 202002L
+#define CUPOOL_STATS_INIT_(type) { sizeof(type) }
+#else
+#define CUPOOL_STATS_INIT_(type) { .size = sizeof(type) }
+#endif
+
 /**
  * Statistics of one class. Counters are sums of per-thread counters read without stopping
  * the threads, so a snapshot taken during traffic may be off by the operations in flight.
  */
 typedef struct cupool_class_stats {
+    size_t size;                   /**< set by the caller: sizeof(cupool_class_stats_t) */
     cupool_kind_t kind;
     unsigned long long context_id; /**< cuCtxGetId of the class's context */
+    int device;                    /**< the context's device (cuCtxGetDevice; the ordinal) when
+                                        the class was made; -1 if the driver did not say */
     unsigned int flags;            /**< stream or event creation flags */
     int priority;                  /**< stream priority after clamping; 0 for events */
     int context_alive;             /**< 0 once cupool saw the context destroyed or reset */
@@ -316,11 +335,20 @@ typedef struct cupool_class_stats {
     uint64_t high_water; /**< most handles of this class alive at once (in use + idle) */
 } cupool_class_stats_t;
 
+/** The size of the first version of cupool_class_stats_t (the smallest accepted). */
+#define CUPOOL_CLASS_STATS_SIZE_V1 (offsetof(cupool_class_stats_t, high_water) + sizeof(uint64_t))
+/** Initialiser: `cupool_class_stats_t st[16] = {CUPOOL_CLASS_STATS_INIT};` (element 0 is
+ * enough for an array). */
+#define CUPOOL_CLASS_STATS_INIT CUPOOL_STATS_INIT_(cupool_class_stats_t)
+
 /**
  * Copies per-class statistics into stats[0 .. capacity-1] and the number of classes into
  * *count (which may exceed capacity: call again with a larger array). stats may be NULL when
- * capacity is 0. Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (count NULL, or stats NULL
- * with capacity > 0). Never calls the driver; works in every lifecycle state.
+ * capacity is 0. With capacity > 0, stats[0].size gives the size of every element of the
+ * array (its stride): set it (CUPOOL_CLASS_STATS_INIT); each element written gets its size
+ * set as above. Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (count NULL, stats NULL with
+ * capacity > 0, or stats[0].size below CUPOOL_CLASS_STATS_SIZE_V1). Never calls the driver;
+ * works in every lifecycle state.
  */
 CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacity, size_t *count);
 
@@ -331,6 +359,28 @@ CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacit
  */
 CUPOOL_API CUresult cupool_stats_print(FILE *out);
 
+/** Output formats of cupool_stats_print_format(). */
+typedef enum cupool_stats_format {
+    CUPOOL_STATS_FORMAT_TABLE = 0,     /**< the table of cupool_stats_print() */
+    CUPOOL_STATS_FORMAT_JSON = 1,      /**< one JSON object (RFC 8259) on one line */
+    CUPOOL_STATS_FORMAT_PROMETHEUS = 2 /**< Prometheus text exposition format 0.0.4 */
+} cupool_stats_format_t;
+
+/**
+ * Prints every statistic, of the classes, the maintenance thread and the graph cache, to out
+ * in `format`, and flushes out. JSON: one object {"version", "pid", "driver", "allocator",
+ * "metadata_bytes", "magazine_size", "pooling_disabled", "classes": [one object per class:
+ * every field of cupool_class_stats_t but size, kind as "stream" or "event", context_alive as
+ * a boolean], "maintenance": {...}, "graph": {...}}, numbers as integers, strings escaped.
+ * Prometheus: metrics named cupool_*, counters suffixed _total, per-class metrics labelled
+ * kind, context_id, device, flags (hex) and priority. Never calls the driver; thread-safe;
+ * a stream that blocks holds up no other thread. Write errors are left in out (ferror).
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (out NULL, or format not one of the above);
+ * CUDA_ERROR_OUT_OF_MEMORY (no memory for the snapshot of the classes; nothing was written);
+ * CUDA_ERROR_NOT_PERMITTED in a child forked after cupool was initialised.
+ */
+CUPOOL_API CUresult cupool_stats_print_format(FILE *out, cupool_stats_format_t format);
+
 /**
  * Who paid for handle creation and destruction, summed over every stream and event class
  * since start (counts). cupool's maintenance thread (CUPOOL_BACKGROUND, on by default)
@@ -340,6 +390,7 @@ CUPOOL_API CUresult cupool_stats_print(FILE *out);
  * mode, unload. A service in steady state should see the request_ figures stop growing.
  */
 typedef struct cupool_maintenance_stats {
+    size_t size;                  /**< set by the caller: sizeof(cupool_maintenance_stats_t) */
     int running;                  /**< 1 once the maintenance thread was started, until it stops
                                        (its name may show in /proc a moment later) */
     uint64_t wakeups;             /**< rounds of work the maintenance thread ran */
@@ -350,9 +401,16 @@ typedef struct cupool_maintenance_stats {
     uint64_t graph_reaps;         /**< graph-cache graveyard reaps run by the maintenance thread */
 } cupool_maintenance_stats_t;
 
-/** Copies the maintenance statistics into *stats. Returns CUDA_SUCCESS or
- * CUDA_ERROR_INVALID_VALUE (stats NULL). Never calls the driver; thread-safe; works in every
- * lifecycle state. */
+/** The size of the first version of cupool_maintenance_stats_t (the smallest accepted). */
+#define CUPOOL_MAINTENANCE_STATS_SIZE_V1 \
+    (offsetof(cupool_maintenance_stats_t, graph_reaps) + sizeof(uint64_t))
+/** Initialiser: `cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;` */
+#define CUPOOL_MAINTENANCE_STATS_INIT CUPOOL_STATS_INIT_(cupool_maintenance_stats_t)
+
+/** Copies the maintenance statistics into *stats (stats->size set by the caller: the fields
+ * that fit are written, see above). Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (stats
+ * NULL, or stats->size below CUPOOL_MAINTENANCE_STATS_SIZE_V1). Never calls the driver;
+ * thread-safe; works in every lifecycle state. */
 CUPOOL_API CUresult cupool_maintenance_stats_get(cupool_maintenance_stats_t *stats);
 
 /**
@@ -498,6 +556,7 @@ CUPOOL_API CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_
 
 /** Graph-cache statistics (counts since start; bytes is an estimate of the memory held). */
 typedef struct cupool_graph_stats {
+    size_t size;              /**< set by the caller: sizeof(cupool_graph_stats_t) */
     uint64_t launches;        /**< pipeline and capture launches through the cache */
     uint64_t hits;            /**< launches that found their signature cached */
     uint64_t misses;          /**< launches that built a graph */
@@ -523,8 +582,17 @@ typedef struct cupool_graph_stats {
                                     node when the exec last ran another description */
 } cupool_graph_stats_t;
 
-/** Copies the graph-cache statistics into *stats. Returns CUDA_SUCCESS or
- * CUDA_ERROR_INVALID_VALUE (stats NULL). Never calls the driver; thread-safe. */
+/** The size of the first version of cupool_graph_stats_t (the smallest accepted). */
+#define CUPOOL_GRAPH_STATS_SIZE_V1 \
+    (offsetof(cupool_graph_stats_t, nodes_compared) + sizeof(uint64_t))
+/** Initialiser: `cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;` */
+#define CUPOOL_GRAPH_STATS_INIT CUPOOL_STATS_INIT_(cupool_graph_stats_t)
+
+/** Copies the graph-cache statistics into *stats (stats->size set by the caller: the fields
+ * that fit are written, see cupool_class_stats_t). Returns CUDA_SUCCESS or
+ * CUDA_ERROR_INVALID_VALUE (stats NULL, or stats->size below CUPOOL_GRAPH_STATS_SIZE_V1);
+ * CUDA_ERROR_NOT_PERMITTED in a child forked after cupool was initialised. Never calls the
+ * driver; thread-safe. */
 CUPOOL_API CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats);
 
 /* ------------------------------------------------------------------------------------------ */

@@ -235,17 +235,61 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
         break;
     }
     case VAR_STATS: {
+        /* [FORMAT:]DESTINATION or FORMAT alone (to standard error); DESTINATION: a boolean
+         * word, stderr, stdout, or a file path. A first component of letters only before a
+         * colon is a format's name; any other colon belongs to a path ("./a:b"). */
+        static const char *const formats[] = {"table", "json", "prometheus"};
+        int format = CUPOOL_STATS_FORMAT_TABLE;
+        const char *dest = value;
+        const char *colon = strchr(value, ':');
+        size_t wlen = colon ? (size_t)(colon - value) : strlen(value);
+        bool word = wlen > 0;
+        for (size_t k = 0; k < wlen; k++)
+            word = word && isalpha((unsigned char)value[k]);
+        bool prefixed = false;
+        if (word) {
+            int f = -1;
+            for (int k = 0; k < 3; k++)
+                if (strlen(formats[k]) == wlen && !strncasecmp(value, formats[k], wlen))
+                    f = k;
+            if (f >= 0 && !colon) { /* a format alone: to standard error */
+                cfg->stats_mode = CUPOOL_STATS_STDERR;
+                cfg->stats_format = f;
+                return;
+            }
+            if (colon && f < 0) {
+                report_line(report, arg,
+                            "%s=\"%s\" is not valid: \"%.*s\" is not a format (expected table, "
+                            "json or prometheus before the colon; write a path whose first "
+                            "component has a colon as ./%s); statistics are not printed",
+                            v->name, q, (int)(wlen < 32 ? wlen : 32), q, q);
+                break;
+            }
+            if (colon) {
+                format = f;
+                dest = colon + 1;
+                prefixed = true;
+                if (!*dest) {
+                    report_line(report, arg,
+                                "%s=\"%s\" is not valid: nothing after the colon (expected "
+                                "%s:stderr, %s:stdout or %s:PATH); statistics are not printed",
+                                v->name, q, formats[f], formats[f], formats[f]);
+                    break;
+                }
+            }
+        }
         bool b;
-        if (!*value || (parse_bool(value, &b) && !b)) {
+        if (!prefixed && (!*dest || (parse_bool(dest, &b) && !b))) {
             cfg->stats_mode = CUPOOL_STATS_OFF;
             return;
         }
+        cfg->stats_format = format;
         /* any boolean word: off as above, on means standard error (never a file named "yes") */
-        if (parse_bool(value, &b) || !strcasecmp(value, "stderr")) {
+        if ((!prefixed && parse_bool(dest, &b)) || !strcasecmp(dest, "stderr")) {
             cfg->stats_mode = CUPOOL_STATS_STDERR;
             return;
         }
-        if (!strcasecmp(value, "stdout")) {
+        if (!strcasecmp(dest, "stdout")) {
             cfg->stats_mode = CUPOOL_STATS_STDOUT;
             return;
         }
@@ -256,7 +300,7 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
                         v->name, q);
             break;
         }
-        if (strlen(value) >= CUPOOL_PATH_MAX) {
+        if (strlen(dest) >= CUPOOL_PATH_MAX) {
             report_line(report, arg,
                         "%s=\"%s\" is not valid: the path is longer than %d bytes; statistics "
                         "are not printed",
@@ -264,7 +308,7 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
             break;
         }
         cfg->stats_mode = CUPOOL_STATS_FILE;
-        snprintf(cfg->stats_path, sizeof(cfg->stats_path), "%s", value);
+        snprintf(cfg->stats_path, sizeof(cfg->stats_path), "%s", dest);
         return;
     }
     case VAR_PATH:
@@ -292,6 +336,7 @@ static void parse_one(struct cupool__config *cfg, const struct var *v, const cha
     set_defaults(&defaults);
     if (v->type == VAR_STATS) {
         cfg->stats_mode = defaults.stats_mode;
+        cfg->stats_format = defaults.stats_format;
         cfg->stats_path[0] = '\0';
     } else {
         size_t size = v->type == VAR_UINT ? sizeof(uint32_t)

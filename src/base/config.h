@@ -30,7 +30,8 @@ struct cupool__config {
     uint64_t graph_cache_bytes;   /* graph cache bound (bytes, estimated) */
     uint32_t graph_cache_entries; /* graph cache bound (entries) */
     uint32_t graph_execs_max;     /* execs per cached signature (count) */
-    int stats_mode;           /* enum cupool__stats_mode */
+    int stats_mode;           /* enum cupool__stats_mode: where the statistics go at exit */
+    int stats_format;         /* cupool_stats_format_t: in which format */
     int log_level;            /* enum cupool__log_level */
     char stats_path[CUPOOL_PATH_MAX];
     char driver_path[CUPOOL_PATH_MAX];

@@ -40,6 +40,7 @@
     X(cuDevicePrimaryCtxReset, 11000, CUresult, (CUdevice dev))                             \
     X(cuDevicePrimaryCtxGetState, 7000, CUresult, (CUdevice dev, unsigned *flags, int *active)) \
     X(cuCtxDestroy, 4000, CUresult, (CUcontext ctx))                                        \
+    X(cuCtxGetDevice, 2000, CUresult, (CUdevice * dev))                                     \
     X(cuFuncGetParamInfo, 12040, CUresult, (CUfunction f, size_t i, size_t *off, size_t *size)) \
     X(cuLaunchKernel, 4000, CUresult,                                                       \
       (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,       \

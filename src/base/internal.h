@@ -45,6 +45,27 @@ static inline void cupool__counter_add(_Atomic uint64_t *c, uint64_t n)
     atomic_store_explicit(c, atomic_load_explicit(c, CUPOOL_RELAXED) + n, CUPOOL_RELAXED);
 }
 
+/* The growable statistics structs of cupool.h: each begins with `size_t size`, the caller's
+ * sizeof. The caller's size at dst (read with memcpy: an array element's alignment is the
+ * caller's business). */
+static inline size_t cupool__stats_size(const void *dst)
+{
+    size_t n;
+    __builtin_memcpy(&n, dst, sizeof(n));
+    return n;
+}
+
+/* Writes the filled struct src (src_size bytes, its size field ignored) to dst, whose size
+ * field says how many bytes it holds: the fields that fit, with size set to the bytes
+ * written. Nothing past them is touched. */
+static inline void cupool__stats_put(void *dst, void *src, size_t src_size)
+{
+    size_t want = cupool__stats_size(dst);
+    size_t n = want < src_size ? want : src_size;
+    __builtin_memcpy(src, &n, sizeof(n));
+    __builtin_memcpy(dst, src, n);
+}
+
 /*
  * The read-mostly words that the hot paths load on every call, together in one cache line
  * that nothing hot writes. Each of them sat next to a variable that other threads write

@@ -3,6 +3,7 @@
 #include "base/internal.h"
 #include "base/layer.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 
 #define MAX_RANK CUPOOL_LAYER_DROPIN
@@ -64,9 +65,41 @@ void cupool__layers_trim(void)
     WALK(trim, ())
 }
 
-void cupool__layers_report(FILE *out)
+CUresult cupool__layers_report(FILE *out, cupool_stats_format_t format)
 {
-    WALK(report, (out))
+    for (int r = 1; r <= MAX_RANK; r++) {
+        if (!layers[r] || !layers[r]->report)
+            continue;
+        CUresult res = layers[r]->report(out, format);
+        if (res != CUDA_SUCCESS)
+            return res;
+    }
+    if (format == CUPOOL_STATS_FORMAT_JSON)
+        fputs("}\n", out);
+    return CUDA_SUCCESS;
+}
+
+void cupool__json_string(FILE *out, const char *s)
+{
+    putc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            putc('\\', out);
+            putc(*p, out);
+        } else if (*p < 0x20 || *p >= 0x7f) {
+            fprintf(out, "\\u%04x", *p);
+        } else {
+            putc(*p, out);
+        }
+    }
+    putc('"', out);
+}
+
+void cupool__prom_metric(FILE *out, const char *name, const char *type, const char *help,
+                         uint64_t value)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name,
+            value);
 }
 
 bool cupool__layers_maintain(void)

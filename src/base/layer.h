@@ -34,8 +34,12 @@ struct cupool__layer {
     void (*forked)(void);
     /* cupool_trim() and cupool_context_release(): drop what is idle and unused */
     void (*trim)(void);
-    /* cupool_stats_print(): this layer's lines */
-    void (*report)(FILE *out);
+    /* cupool_stats_print_format(): this layer's part in `format`. The pool layer's opens the
+     * document (the table's heading; the JSON object's "{" and first members); each layer
+     * above adds its lines, or its JSON members each with a leading comma, or its Prometheus
+     * families; the walk closes the JSON object. An error stops the walk; the pool layer
+     * returns one only before writing anything. */
+    CUresult (*report)(FILE *out, cupool_stats_format_t format);
     /* a round of the maintenance thread; true: there is more to do in a millisecond */
     bool (*maintain)(void);
 };
@@ -50,7 +54,15 @@ void cupool__layers_stop(bool join);
 void cupool__layers_unload(void);
 void cupool__layers_forked(void);
 void cupool__layers_trim(void);
-void cupool__layers_report(FILE *out);
+CUresult cupool__layers_report(FILE *out, cupool_stats_format_t format);
+
+/* Writers for the report hooks. s as a JSON string: quoted, with '"', '\\' and control
+ * characters escaped, and every byte outside printable ASCII as \u00XX (always valid JSON,
+ * whatever the bytes). One Prometheus metric without labels: its HELP and TYPE lines and its
+ * sample (name and help are the caller's constants: no escaping). */
+void cupool__json_string(FILE *out, const char *s);
+void cupool__prom_metric(FILE *out, const char *name, const char *type, const char *help,
+                         uint64_t value);
 bool cupool__layers_maintain(void); /* true if any said there is more to do */
 
 /* What the preload (the dropin layer's libcupool_preload.so) gives the driver loader; both

@@ -57,15 +57,15 @@ static FILE *stats_file_open(const char *path)
     return f;
 }
 
-/* CUPOOL_STATS at exit or unload: stderr, stdout, or appended to a file. A write that
- * cannot proceed at once on a pipe or FIFO (its reader stopped reading) fails: exit never
- * waits for it. */
+/* CUPOOL_STATS at exit or unload, in its format: stderr, stdout, or appended to a file. A
+ * write that cannot proceed at once on a pipe or FIFO (its reader stopped reading) fails: exit
+ * never waits for it. */
 static void print_stats_at_exit(void)
 {
     int mode = cupool__cfg.stats_mode;
     if (mode == CUPOOL_STATS_STDERR || mode == CUPOOL_STATS_STDOUT) {
         FILE *out = mode == CUPOOL_STATS_STDERR ? stderr : stdout;
-        cupool__layers_report(out);
+        (void)cupool__layers_report(out, (cupool_stats_format_t)cupool__cfg.stats_format);
         fflush(out);
         return;
     }
@@ -74,7 +74,7 @@ static void print_stats_at_exit(void)
     FILE *f = stats_file_open(cupool__cfg.stats_path);
     if (!f)
         return;
-    cupool__layers_report(f);
+    (void)cupool__layers_report(f, (cupool_stats_format_t)cupool__cfg.stats_format);
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0 || failed)
         cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: writing %s failed: %s", cupool__cfg.stats_path,

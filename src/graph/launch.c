@@ -622,11 +622,50 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     return cache_launch(&s, stream);
 }
 
-/* The graph layer's line of cupool_stats_print. */
-static void graph_report(FILE *out)
+/* The graph layer's part of cupool_stats_print_format: a line of the table once pipelines
+ * were launched; the JSON member "graph" and the Prometheus families cupool_graph_* always. */
+static CUresult graph_report(FILE *out, cupool_stats_format_t format)
 {
-    cupool_graph_stats_t g;
-    if (cupool_graph_stats_get(&g) == CUDA_SUCCESS && (g.launches || g.eager_launches))
+    cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
+    if (cupool_graph_stats_get(&g) != CUDA_SUCCESS)
+        memset(&g, 0, sizeof(g));
+    if (format == CUPOOL_STATS_FORMAT_JSON) {
+        fprintf(out,
+                ",\"graph\":{\"launches\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
+                ",\"instantiations\":%" PRIu64 ",\"updates\":%" PRIu64 ",\"nodes_updated\":%" PRIu64
+                ",\"update_failures\":%" PRIu64 ",\"evictions\":%" PRIu64
+                ",\"eager_launches\":%" PRIu64 ",\"entries\":%" PRIu64 ",\"execs\":%" PRIu64
+                ",\"bytes\":%" PRIu64 ",\"claims_lock_free\":%" PRIu64
+                ",\"claims_locked\":%" PRIu64 ",\"nodes_compared\":%" PRIu64 "}",
+                g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
+                g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes,
+                g.claims_lock_free, g.claims_locked, g.nodes_compared);
+        return CUDA_SUCCESS;
+    }
+    if (format == CUPOOL_STATS_FORMAT_PROMETHEUS) {
+#define GRAPH_METRIC(field, type, help)                                                         \
+    cupool__prom_metric(out, type[0] == 'c' ? "cupool_graph_" #field "_total"                   \
+                                            : "cupool_graph_" #field,                           \
+                        type, help, g.field)
+        GRAPH_METRIC(launches, "counter", "Pipeline and capture launches through the graph cache");
+        GRAPH_METRIC(hits, "counter", "Launches that found their signature cached");
+        GRAPH_METRIC(misses, "counter", "Launches that built a graph");
+        GRAPH_METRIC(instantiations, "counter", "Graph instantiations");
+        GRAPH_METRIC(updates, "counter", "Launches that updated at least one node");
+        GRAPH_METRIC(nodes_updated, "counter", "Node parameter updates");
+        GRAPH_METRIC(update_failures, "counter", "Updates not made (instantiated afresh)");
+        GRAPH_METRIC(evictions, "counter", "Cache entries evicted");
+        GRAPH_METRIC(eager_launches, "counter", "Launches made node by node");
+        GRAPH_METRIC(claims_lock_free, "counter", "Launches that claimed an exec lock-free");
+        GRAPH_METRIC(claims_locked, "counter", "Launches that took the cache lock");
+        GRAPH_METRIC(nodes_compared, "counter", "Node parameters compared with an exec's");
+        GRAPH_METRIC(entries, "gauge", "Entries cached now");
+        GRAPH_METRIC(execs, "gauge", "Graph execs alive now");
+        GRAPH_METRIC(bytes, "gauge", "Estimated host and driver memory held by the graph cache");
+#undef GRAPH_METRIC
+        return CUDA_SUCCESS;
+    }
+    if (g.launches || g.eager_launches)
         fprintf(out,
                 "graph cache: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
                 " instantiations, %" PRIu64 " updates (%" PRIu64 " nodes), %" PRIu64
@@ -634,6 +673,7 @@ static void graph_report(FILE *out)
                 " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
                 g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
                 g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+    return CUDA_SUCCESS;
 }
 
 /* The graph layer's hooks (base/layer.h): the cache goes with the pools at exit and unload,

@@ -20,12 +20,18 @@
 #include <sched.h>
 #include <string.h>
 
-CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
+CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
 {
     if (cupool__forked()) /* the cache lock may be held by a parent's thread */
         return cupool__enter();
-    if (!stats)
+    if (!out)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
+    if (cupool__stats_size(out) < CUPOOL_GRAPH_STATS_SIZE_V1)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_graph_stats_get: stats->size is %zu, below the %zu bytes of "
+                            "the first cupool_graph_stats_t (set it to sizeof)",
+                            cupool__stats_size(out), (size_t)CUPOOL_GRAPH_STATS_SIZE_V1);
+    cupool_graph_stats_t full, *stats = &full; /* filled whole, then the caller's prefix */
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&cupool__st_eager, CUPOOL_RELAXED);
     uint64_t fast = 0, updates = 0, nodes = 0, compared = 0; /* counted by each thread */
@@ -51,6 +57,7 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats)
     stats->execs = cupool__cache_execs;
     stats->bytes = cupool__cache_bytes;
     pthread_mutex_unlock(&cupool__cache_lock);
+    cupool__stats_put(out, stats, sizeof(*stats));
     return CUDA_SUCCESS;
 }
 

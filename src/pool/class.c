@@ -408,8 +408,8 @@ static struct cupool__class *class_slot_take(void)
 
 /* Fills a class struct taken by class_slot_take() and publishes it. class_lock held. */
 static void class_init(struct cupool__class *c, const struct cupool__class_ops *ops,
-                       CUcontext ctx, unsigned long long ctx_id, unsigned int flags,
-                       int priority)
+                       CUcontext ctx, unsigned long long ctx_id, int device,
+                       unsigned int flags, int priority)
 {
     bool stream = ops->kind == CUPOOL_KIND_STREAM;
     c->magic = CUPOOL_CLASS_MAGIC;
@@ -418,6 +418,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     c->priority = priority;
     c->ctx_id = ctx_id;
     c->ctx = ctx;
+    c->device = device;
     c->idle_max = stream ? cupool__cfg.stream_idle_max : cupool__cfg.event_idle_max;
     c->low_water = stream ? cupool__cfg.stream_prewarm : cupool__cfg.event_prewarm;
     slot_totals(c->index, &c->base_acquires, &c->base_releases);
@@ -444,6 +445,23 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELEASE);
     class_hash_insert(c);
     atomic_store_explicit(&c->alive, 1, CUPOOL_RELEASE); /* findable from here on */
+}
+
+/* The device of a class's context, for its statistics: asked once, when the class is made
+ * (never on a lookup that finds it). -1 when the driver does not say. */
+static int class_device(const struct cupool__class_ops *ops, CUcontext ctx,
+                        unsigned long long ctx_id, bool ctx_current)
+{
+    if (!cupool__drv.cuCtxGetDevice)
+        return -1;
+    struct cupool__class probe = {.ctx = ctx, .ctx_id = ctx_id, .ops = ops, .alive = 1};
+    struct ctx_guard g = {false, NULL};
+    if (!ctx_current && cupool__ctx_enter(&probe, &g) != CUDA_SUCCESS)
+        return -1;
+    CUdevice dev = -1;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetDevice(&dev));
+    cupool__ctx_leave(&g);
+    return r == CUDA_SUCCESS ? (int)dev : -1;
 }
 
 /*
@@ -485,6 +503,7 @@ CUresult cupool__class_get(const struct cupool__class_ops *ops, CUcontext ctx,
         if (!ctx)
             return cupool__fail(CUDA_ERROR_INVALID_CONTEXT, "no current context");
     }
+    int device = class_device(ops, ctx, ctx_id, ctx_current);
     if (CUPOOL_UNLIKELY(cupool__class_miss_hook != NULL))
         cupool__class_miss_hook(); /* tests: every racing creator gets here before any creates */
     for (int attempt = 0;; attempt++) {
@@ -492,7 +511,7 @@ CUresult cupool__class_get(const struct cupool__class_ops *ops, CUcontext ctx,
         c = class_find(ops, ctx_id, flags, clamped);
         bool fresh = false;
         if (!c && (c = class_slot_take()) != NULL) {
-            class_init(c, ops, ctx, ctx_id, flags, clamped);
+            class_init(c, ops, ctx, ctx_id, device, flags, clamped);
             fresh = true;
         }
         pthread_mutex_unlock(&class_lock);

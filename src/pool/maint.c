@@ -253,11 +253,17 @@ void cupool__maint_forget(void)
     atomic_store(&maint_state, M_OFF);
 }
 
-CUresult cupool_maintenance_stats_get(cupool_maintenance_stats_t *stats)
+CUresult cupool_maintenance_stats_get(cupool_maintenance_stats_t *out)
 {
-    if (!stats)
+    if (!out)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             "cupool_maintenance_stats_get: stats is NULL");
+    if (cupool__stats_size(out) < CUPOOL_MAINTENANCE_STATS_SIZE_V1)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_maintenance_stats_get: stats->size is %zu, below the %zu "
+                            "bytes of the first cupool_maintenance_stats_t (set it to sizeof)",
+                            cupool__stats_size(out), (size_t)CUPOOL_MAINTENANCE_STATS_SIZE_V1);
+    cupool_maintenance_stats_t full = {0}, *stats = &full; /* then the caller's prefix */
     stats->running = atomic_load(&maint_state) == M_RUNNING;
     stats->wakeups = atomic_load_explicit(&cupool__maint_wakeups, CUPOOL_RELAXED);
     stats->background_creates = atomic_load_explicit(&cupool__maint_creates, CUPOOL_RELAXED);
@@ -265,5 +271,6 @@ CUresult cupool_maintenance_stats_get(cupool_maintenance_stats_t *stats)
     stats->request_creates = atomic_load_explicit(&cupool__req_creates, CUPOOL_RELAXED);
     stats->request_destroys = atomic_load_explicit(&cupool__req_destroys, CUPOOL_RELAXED);
     stats->graph_reaps = atomic_load_explicit(&cupool__maint_graph_reaps, CUPOOL_RELAXED);
+    cupool__stats_put(out, stats, sizeof(*stats));
     return CUDA_SUCCESS;
 }

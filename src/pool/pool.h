@@ -71,6 +71,7 @@ struct cupool__class {
     int priority; /* clamped; 0 for events */
     unsigned long long ctx_id;
     CUcontext ctx;
+    int device;         /* the context's device when the class was made; -1: unknown */
     uint32_t idle_max;  /* depot cap (count) */
     uint32_t low_water; /* what cupool_trim() leaves in the depot (count) */
     _Atomic int alive;  /* 1 while live; 0 once retired (phase says why) */
@@ -265,7 +266,7 @@ static inline struct cupool__tcache *cupool__tcache_peek(void)
 }
 
 /* The pool layer's lines of cupool_stats_print (stats.c). */
-void cupool__pool_report(FILE *out);
+CUresult cupool__pool_report(FILE *out, cupool_stats_format_t format);
 
 /* Test hook, NULL outside tests: called when a class lookup missed, before the class is
  * created, to widen the window in which racing creators meet. */

@@ -590,7 +590,7 @@ START_TEST(stats_get_and_print)
     size_t n = 99;
     TU_OK(cupool_stats_get(NULL, 0, &n));
     ck_assert_uint_eq(n, 2);
-    cupool_class_stats_t one[1];
+    cupool_class_stats_t one[1] = {CUPOOL_CLASS_STATS_INIT};
     TU_OK(cupool_stats_get(one, 1, &n));
     ck_assert_uint_eq(n, 2);
     ck_assert_int_eq(one[0].kind, CUPOOL_KIND_STREAM); /* oldest class first */
@@ -641,7 +641,7 @@ START_TEST(context_reset_old_handles_harmless)
     TU_OK(tu.cuMemcpyDtoH(&v, p, 4));
     ck_assert_uint_eq(v, 6);
     TU_OK(cupool_stream_release(fresh));
-    cupool_class_stats_t st[8];
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 8, &n));
     int dead = 0;
@@ -781,7 +781,7 @@ START_TEST(live_handles_match_statistics)
             TU_OK(cupool_stream_release(s[i]));
             TU_OK(cupool_event_release(e[i]));
         }
-        cupool_class_stats_t st[32];
+        cupool_class_stats_t st[32] = {CUPOOL_CLASS_STATS_INIT};
         size_t n = 0;
         TU_OK(cupool_stats_get(st, 32, &n));
         uint64_t streams = 0, events = 0;
@@ -882,7 +882,7 @@ START_TEST(sticky_error_spares_other_contexts_pools)
         TU_OK(tu.cuStreamSynchronize(t));
         TU_OK(cupool_stream_release(t));
     }
-    cupool_class_stats_t st[4];
+    cupool_class_stats_t st[4] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 4, &n));
     ck_assert_uint_eq(n, 2);

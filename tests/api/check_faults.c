@@ -399,7 +399,7 @@ static int all_workloads(int strict, unsigned salt)
 
 static void live_totals(int64_t *streams, int64_t *events, int64_t *dropped)
 {
-    cupool_class_stats_t st[64];
+    cupool_class_stats_t st[64] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 64, &n));
     ck_assert(n <= 64);

@@ -49,7 +49,7 @@ static void tick(void)
 
 static cupool_maintenance_stats_t mstats(void)
 {
-    cupool_maintenance_stats_t m;
+    cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
     TU_OK(cupool_maintenance_stats_get(&m));
     return m;
 }
@@ -306,7 +306,7 @@ START_TEST(forked_child_has_no_maintenance_thread)
     pid_t pid = fork();
     ck_assert(pid >= 0);
     if (pid == 0) {
-        cupool_maintenance_stats_t m;
+        cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
         int bad = cupool_maintenance_stats_get(&m) != CUDA_SUCCESS || m.running;
         CUstream s;
         bad |= cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0) != CUDA_ERROR_NOT_PERMITTED;

@@ -54,7 +54,7 @@ static unsigned counter(int i)
 
 static cupool_graph_stats_t gstats(void)
 {
-    cupool_graph_stats_t st;
+    cupool_graph_stats_t st = CUPOOL_GRAPH_STATS_INIT;
     TU_OK(cupool_graph_stats_get(&st));
     return st;
 }
@@ -1196,7 +1196,8 @@ static void *launch_on_four(void *arg)
         return NULL;
     }
     for (int round = 0; round < f->rounds; round++) {
-        cupool_graph_stats_t before, after; /* (no Check assertion off the test's thread) */
+        /* (no Check assertion off the test's thread) */
+        cupool_graph_stats_t before = CUPOOL_GRAPH_STATS_INIT, after = CUPOOL_GRAPH_STATS_INIT;
         if (cupool_graph_stats_get(&before) != CUDA_SUCCESS)
             thread_errors++;
         for (int i = 0; i < 4; i++) {

@@ -167,7 +167,7 @@ START_TEST(sixteen_threads_cross_release)
         drain_box(i); /* late hand-offs */
     ck_assert_int_eq(atomic_load(&errors), 0);
     ck_assert_int_eq(atomic_load(&violations), 0);
-    cupool_class_stats_t st[8];
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 8, &n));
     ck_assert_uint_eq(n, 2);

@@ -148,7 +148,7 @@ void tu_launch1(CUfunction f, CUstream s, void **args)
 
 cupool_class_stats_t tu_stats(cupool_kind_t kind, unsigned int flags)
 {
-    cupool_class_stats_t st[64];
+    cupool_class_stats_t st[64] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 64, &n));
     for (size_t i = 0; i < n && i < 64; i++)
@@ -230,7 +230,7 @@ int tu_run(Suite *s)
 
 void tu_trim_leaves_nothing(void)
 {
-    cupool_class_stats_t st[64];
+    cupool_class_stats_t st[64] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_trim());
     TU_OK(cupool_stats_get(st, 64, &n));

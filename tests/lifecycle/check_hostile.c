@@ -177,8 +177,8 @@ static int child_calls(CUstream parents_stream)
     CUevent e = NULL;
     cupool_stream_pool_t sp = NULL;
     cupool_pipeline_t p = NULL;
-    cupool_class_stats_t st[4];
-    cupool_graph_stats_t g;
+    cupool_class_stats_t st[4] = {CUPOOL_CLASS_STATS_INIT};
+    cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
     size_t n = 0;
 #define REFUSED(call)                                                                       \
     do {                                                                                    \
@@ -1105,7 +1105,7 @@ START_TEST(capture_update_applies_cluster_dimension)
     TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
     static const unsigned widths[] = {2, 2, 4, 4, 1, 8, 8, 2, 1, 1};
     const int nw = (int)(sizeof(widths) / sizeof(widths[0]));
-    cupool_graph_stats_t before, after;
+    cupool_graph_stats_t before = CUPOOL_GRAPH_STATS_INIT, after = CUPOOL_GRAPH_STATS_INIT;
     TU_OK(cupool_graph_stats_get(&before));
     int changes = 0;
     for (int i = 0; i < nw; i++) {

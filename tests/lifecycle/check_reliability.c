@@ -81,7 +81,7 @@ START_TEST(ten_thousand_threads_stay_within_caps)
     ck_assert_msg(bytes_all <= bytes_1000 + CHURN_CONCURRENT * 8192,
                   "metadata grew from %zu to %zu bytes over %d threads", bytes_1000, bytes_all,
                   CHURN_THREADS - 1000);
-    cupool_class_stats_t st[8];
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 8, &n));
     ck_assert_uint_eq(n, 2);
@@ -181,7 +181,7 @@ START_TEST(handles_never_cross_devices)
     }
     /* Classes are per context: one stream class (the explicit pool is the current-context
      * API's class of the same flags) and one event class per device. */
-    cupool_class_stats_t st[8];
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 8, &n));
     ck_assert_uint_eq(n, 4);
@@ -234,7 +234,7 @@ START_TEST(sticky_error_drops_streams_of_the_broken_context)
     printf("broken context: trim returned %s: %s\n", cupool_result_name(tr),
            tr == CUDA_SUCCESS ? "" : cupool_error_string());
     fflush(stdout);
-    cupool_class_stats_t st[8];
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
     size_t n = 0;
     TU_OK(cupool_stats_get(st, 8, &n));
     uint64_t gone = 0, idle = 0, in_use = 0;

@@ -135,7 +135,7 @@ int main(int argc, char **argv)
             CHECK(erel(e[i]));
         /* the maintenance thread runs (it started with the first class) and is joined at
          * dlclose: none may be left running code that is about to be unmapped */
-        cupool_maintenance_stats_t ms;
+        cupool_maintenance_stats_t ms = CUPOOL_MAINTENANCE_STATS_INIT;
         CHECK(((CUresult(*)(cupool_maintenance_stats_t *))sym(lib, "cupool_maintenance_stats_get"))(&ms));
         if (!ms.running) {
             fprintf(stderr, "dlclose_child: cycle %d: the maintenance thread is not running\n",

@@ -410,7 +410,7 @@ int main(int argc, char **argv)
             must(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0), "cupool_stream_acquire");
         for (int i = 0; i < N; i++)
             must(cupool_stream_release(s[i]), "cupool_stream_release");
-        cupool_maintenance_stats_t m;
+        cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
         must(cupool_maintenance_stats_get(&m), "cupool_maintenance_stats_get");
         if (!m.running) {
             fprintf(stderr, "lifecycle_child: the maintenance thread is not running\n");

@@ -215,6 +215,89 @@ START_TEST(secure_process_ignores_paths)
 }
 END_TEST
 
+START_TEST(stats_formats)
+{
+    struct cupool__config c;
+    struct lines l;
+    /* a format alone: to standard error (never a file named "json") */
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_STATS=json", NULL), 0);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_JSON);
+    parse(&c, &l, false, "CUPOOL_STATS=Prometheus", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_PROMETHEUS);
+    parse(&c, &l, false, "CUPOOL_STATS=table", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_TABLE);
+    parse(&c, &l, false, "CUPOOL_STATS=stderr", NULL);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_TABLE);
+    /* FORMAT:PATH, FORMAT:stdout, FORMAT:stderr */
+    parse(&c, &l, false, "CUPOOL_STATS=json:/tmp/s.json", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_JSON);
+    ck_assert_str_eq(c.stats_path, "/tmp/s.json");
+    parse(&c, &l, false, "CUPOOL_STATS=prometheus:metrics.prom", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_PROMETHEUS);
+    ck_assert_str_eq(c.stats_path, "metrics.prom");
+    parse(&c, &l, false, "CUPOOL_STATS=table:/tmp/t.txt", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_TABLE);
+    ck_assert_str_eq(c.stats_path, "/tmp/t.txt");
+    parse(&c, &l, false, "CUPOOL_STATS=json:stdout", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDOUT);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_JSON);
+    parse(&c, &l, false, "CUPOOL_STATS=prometheus:stderr", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_PROMETHEUS);
+    /* after a format a word is a path: json:0 is a file named "0" */
+    parse(&c, &l, false, "CUPOOL_STATS=json:0", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
+    ck_assert_str_eq(c.stats_path, "0");
+    /* a colon after a first component that is not a word belongs to the path */
+    parse(&c, &l, false, "CUPOOL_STATS=/tmp/a:b", NULL);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_FILE);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_TABLE);
+    ck_assert_str_eq(c.stats_path, "/tmp/a:b");
+    parse(&c, &l, false, "CUPOOL_STATS=./foo:bar", NULL);
+    ck_assert_str_eq(c.stats_path, "./foo:bar");
+    ck_assert_int_eq(l.n, 0);
+}
+END_TEST
+
+START_TEST(stats_bad_formats)
+{
+    struct cupool__config c;
+    struct lines l;
+    /* an empty path: one line, statistics off (the default) */
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_STATS=json:", NULL), 1);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    ck_assert_str_eq(l.text[0], "CUPOOL_STATS=\"json:\" is not valid: nothing after the colon "
+                                "(expected json:stderr, json:stdout or json:PATH); statistics "
+                                "are not printed");
+    /* an unknown format, even after a good value */
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_STATS=json:/tmp/x", "CUPOOL_STATS=foo:bar", NULL),
+                     1);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    ck_assert_int_eq(c.stats_format, CUPOOL_STATS_FORMAT_TABLE);
+    ck_assert_str_eq(c.stats_path, "");
+    ck_assert_msg(strstr(l.text[0], "CUPOOL_STATS=\"foo:bar\" is not valid: \"foo\" is not a "
+                                    "format (expected table, json or prometheus before the colon"),
+                  "%s", l.text[0]);
+    ck_assert_msg(strstr(l.text[0], "./foo:bar"), "%s", l.text[0]);
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_STATS=prometheus:", "CUPOOL_STATS=JSON:", NULL),
+                     2);
+    /* setuid: the path part is ignored, the streams stay allowed */
+    ck_assert_int_eq(parse(&c, &l, true, "CUPOOL_STATS=json:/etc/x", NULL), 1);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
+    ck_assert_msg(strstr(l.text[0], "setuid or setgid"), "%s", l.text[0]);
+    ck_assert_int_eq(parse(&c, &l, true, "CUPOOL_STATS=json", NULL), 0);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDERR);
+    ck_assert_int_eq(parse(&c, &l, true, "CUPOOL_STATS=prometheus:stdout", NULL), 0);
+    ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_STDOUT);
+}
+END_TEST
+
 START_TEST(prewarm_clamped_to_cap)
 {
     struct cupool__config c;
@@ -295,6 +378,8 @@ int main(void)
     tcase_add_test(tc, unknown_names_suggest_nearest);
     tcase_add_test(tc, bad_value_after_good_one_uses_default);
     tcase_add_test(tc, secure_process_ignores_paths);
+    tcase_add_test(tc, stats_formats);
+    tcase_add_test(tc, stats_bad_formats);
     tcase_add_test(tc, prewarm_clamped_to_cap);
     tcase_add_test(tc, values_quoted_safely);
     tcase_add_test(tc, fuzz);

@@ -52,7 +52,7 @@ static bool cached(cupool_pipeline_t pl)
 
 static cupool_graph_stats_t gstats(void)
 {
-    cupool_graph_stats_t st;
+    cupool_graph_stats_t st = CUPOOL_GRAPH_STATS_INIT;
     TU_OK(cupool_graph_stats_get(&st));
     return st;
 }
