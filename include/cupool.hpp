@@ -57,7 +57,8 @@ inline const char *result_name(CUresult result) noexcept
 /**
  * A failed cupool call: result() is its CUresult; what() is
  * "<function>: <cupool's message for the failure>", the message as cupool_error_string()
- * gave it on the failing thread right after the call, with the CUresult's name in it.
+ * gave it on the failing thread right after the call (without the function's name again
+ * where the message starts with it), with the CUresult's name in it.
  * Construct it on the thread that made the failed call, before that thread calls cupool
  * again (cupool's message is per thread and describes its most recent failure). Copyable;
  * the message is copied at construction.
@@ -76,12 +77,14 @@ public:
 private:
     static std::string describe(CUresult result, const char *call)
     {
-        std::string s = call ? call : "cupool";
-        const char *msg = cupool_error_string();
+        const std::string msg = cupool_error_string();
         const char *name = cupool_result_name(result);
+        std::string s = call ? call : "cupool";
         s += ": ";
+        if (msg.compare(0, s.size(), s) == 0) // the message names the call already
+            s.clear();
         s += msg;
-        if (std::string(msg).find(name) == std::string::npos) {
+        if (msg.find(name) == std::string::npos) {
             s += " (";
             s += name;
             s += ")";
