@@ -259,6 +259,8 @@ static void kind_counts(enum kind k, uint64_t *acquires, uint64_t *creates)
         return;
     cupool_class_stats_t *st = calloc(n, sizeof *st);
     size_t got = 0;
+    if (st)
+        st[0].size = sizeof *st;
     if (st && cupool_stats_get(st, n, &got) == CUDA_SUCCESS)
         for (size_t i = 0; i < got && i < n; i++)
             if ((st[i].kind == CUPOOL_KIND_STREAM) == (k == STREAMS)) {

@@ -305,8 +305,9 @@ typedef enum cupool_kind {
  * than the library's learns from `size` which fields were filled. A size smaller than the first
  * version's (CUPOOL_*_STATS_SIZE_V1) is refused with CUDA_ERROR_INVALID_VALUE.
  */
-#if defined(__cplusplus) && __cplusplus < 202002L
-#define CUPOOL_STATS_INIT_(type) { sizeof(type) }
+#if defined(__cplusplus)
+/* C++: a value-initialised struct with its size set (no missing-field warning under -Wextra) */
+#define CUPOOL_STATS_INIT_(type) ([]() { type cupool_s_{}; cupool_s_.size = sizeof(type); return cupool_s_; }())
 #else
 #define CUPOOL_STATS_INIT_(type) { .size = sizeof(type) }
 #endif
