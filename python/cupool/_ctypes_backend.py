@@ -280,6 +280,11 @@ class StreamPool:
         if r:
             _raise(r)
 
+    def __repr__(self):
+        return "<cupool.%s ctx=0x%x flags=0x%x%s>" % (
+            type(self).__name__, self.ctx, self.flags & ~_CUPOOL_POOL_CONTEXT_OUTLIVES,
+            " promise" if self.flags & _CUPOOL_POOL_CONTEXT_OUTLIVES else "")
+
 
 class EventPool:
     """EventPool(ctx=0, flags=0, promise=False) (ctypes backend)."""
@@ -312,6 +317,11 @@ class EventPool:
         r = _event_pool_release(self.handle, _handle(handle))
         if r:
             _raise(r)
+
+    def __repr__(self):
+        return "<cupool.%s ctx=0x%x flags=0x%x%s>" % (
+            type(self).__name__, self.ctx, self.flags & ~_CUPOOL_POOL_CONTEXT_OUTLIVES,
+            " promise" if self.flags & _CUPOOL_POOL_CONTEXT_OUTLIVES else "")
 
 
 # ---- statistics: cupool.h's structs, field for field ----

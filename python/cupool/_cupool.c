@@ -267,10 +267,11 @@ static PyObject *pooled_int(PyObject *self)
 static PyObject *pooled_repr(PyObject *self)
 {
     PooledObject *o = (PooledObject *)self;
-    return PyUnicode_FromFormat("<cupool.%s 0x%llx%s%s>",
-                                o->kind == KIND_STREAM ? "Stream" : "Event",
-                                (unsigned long long)o->handle, o->pool ? " of a pool" : "",
-                                o->released ? " (released)" : "");
+    char text[96]; /* PyUnicode_FromFormat has no %llx */
+    snprintf(text, sizeof text, "<cupool.%s 0x%llx%s%s>",
+             o->kind == KIND_STREAM ? "Stream" : "Event", (unsigned long long)o->handle,
+             o->pool ? " of a pool" : "", o->released ? " (released)" : "");
+    return PyUnicode_FromString(text);
 }
 
 static PyObject *stream_cuda_stream(PyObject *self, PyObject *unused)
@@ -766,10 +767,12 @@ static PyObject *pool_get_priority(PyObject *self, void *unused)
 static PyObject *pool_repr(PyObject *self)
 {
     PoolObject *p = (PoolObject *)self;
-    return PyUnicode_FromFormat("<cupool.%s ctx=0x%llx flags=0x%x%s>",
-                                p->kind == KIND_STREAM ? "StreamPool" : "EventPool",
-                                (unsigned long long)p->ctx, p->flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES,
-                                (p->flags & CUPOOL_POOL_CONTEXT_OUTLIVES) ? " promise" : "");
+    char text[96];
+    snprintf(text, sizeof text, "<cupool.%s ctx=0x%llx flags=0x%x%s>",
+             p->kind == KIND_STREAM ? "StreamPool" : "EventPool", (unsigned long long)p->ctx,
+             p->flags & ~CUPOOL_POOL_CONTEXT_OUTLIVES,
+             (p->flags & CUPOOL_POOL_CONTEXT_OUTLIVES) ? " promise" : "");
+    return PyUnicode_FromString(text);
 }
 
 static PyMethodDef stream_pool_methods[] = {

@@ -159,9 +159,14 @@ class Pairs(unittest.TestCase):
         with cupool.stream() as s:
             self.assertEqual(s.__cuda_stream__(), (0, s.handle))
             self.assertEqual(int(s), s.handle)
-            self.assertIn("Stream", repr(s))
+            self.assertEqual(repr(s), "<cupool.Stream 0x%x>" % s.handle)
+        self.assertTrue(repr(s).endswith(" (released)>"), repr(s))
         with cupool.event() as e:
             self.assertEqual(int(e), e.handle)
+        pool = cupool.StreamPool(CTX, 0, 0, promise=True)
+        with pool.acquire() as s:
+            self.assertEqual(repr(s), "<cupool.Stream 0x%x of a pool>" % s.handle)
+        self.assertIn("ctx=0x%x" % CTX, repr(pool))
 
 
 class Pools(unittest.TestCase):
