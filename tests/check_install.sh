@@ -6,7 +6,10 @@
 #    driver relative to its own place;
 #  - the CMake package: a project that says only find_package(cupool CONFIG REQUIRED) and links
 #    cupool::cupool builds and runs against it (on the simulated driver its cupool_FAKECUDA
-#    names), and a request for another minor version of 0.x is refused (skipped without cmake).
+#    names), and a request for another minor version of 0.x is refused (skipped without cmake);
+#  - the Python package (where configure built it; not in sanitizer builds): the installed
+#    cupool imports with its extension, and through ctypes finds the libcupool installed beside
+#    it.
 set -u
 tmp=$(mktemp -d) || exit 99
 trap 'rm -rf "$tmp"' EXIT
@@ -20,6 +23,20 @@ if command -v pkg-config >/dev/null 2>&1; then
     [ "$fake" = "$CUPOOLTEST_LIBDIR/cupool/fakecuda.so" ] && [ -f "$tmp/root$fake" ] ||
         { echo "check_install: pkg-config --variable=fakecuda says '$fake'"; exit 1; }
     echo "check_install: pkg-config --variable=fakecuda cupool: $fake"
+fi
+
+if [ -n "${CUPOOLTEST_PYTHON:-}" ] && [ -z "${CUPOOLTEST_SANITIZER:-}" ]; then
+    pydir="$tmp/root${CUPOOLTEST_PYEXECDIR:?}"
+    [ -f "$pydir/cupool/__init__.py" ] && [ -f "$pydir/cupool/_cupool.so" ] ||
+        { echo "check_install: no package in $pydir/cupool: $(ls "$pydir/cupool" 2>&1)"; exit 1; }
+    code='import cupool; cupool.ensure_context(); s = cupool.stream(); s.release(); print(cupool.BACKEND, cupool.version())'
+    out=$(cd "$tmp" && PYTHONPATH="$pydir" LD_LIBRARY_PATH="$libdir" "$CUPOOLTEST_PYTHON" -c "$code" 2>&1) &&
+        [ "$out" = "extension $(sed -n 's/^Version: //p' "$libdir/pkgconfig/cupool.pc")" ] ||
+        { echo "check_install: the installed package: $out"; exit 1; }
+    out2=$(cd "$tmp" && env -u CUPOOL_PY_LIBRARY PYTHONPATH="$pydir" CUPOOL_PY_FORCE_CTYPES=1 \
+           "$CUPOOLTEST_PYTHON" -c "$code" 2>&1) && [ "${out2%% *}" = ctypes ] ||
+        { echo "check_install: the installed package through ctypes: $out2"; exit 1; }
+    echo "check_install: the installed Python package imports ($out; $out2)"
 fi
 
 man3="$tmp/root$(dirname "$CUPOOLTEST_LIBDIR")/share/man/man3"

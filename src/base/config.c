@@ -399,6 +399,8 @@ int cupool__config_parse(struct cupool__config *cfg, char *const *envp, bool sec
         const char *entry = *e;
         if (strncmp(entry, "CUPOOL_", 7) != 0)
             continue;
+        if (strncmp(entry, "CUPOOL_PY_", 10) == 0)
+            continue; /* the Python package's own (python/cupool), not the library's */
         const char *eq = strchr(entry, '=');
         size_t namelen = eq ? (size_t)(eq - entry) : strlen(entry);
         const char *value = eq ? eq + 1 : "";

@@ -198,6 +198,17 @@ START_TEST(unknown_names_suggest_nearest)
 }
 END_TEST
 
+START_TEST(python_package_variables_left_alone)
+{
+    struct cupool__config c;
+    struct lines l;
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_PY_FORCE_CTYPES=1", "CUPOOL_PY_LIBRARY=/x.so",
+                           "CUPOOL_PY=1", NULL),
+                     1);
+    ck_assert_msg(strstr(l.text[0], "unknown variable CUPOOL_PY ignored"), "%s", l.text[0]);
+}
+END_TEST
+
 START_TEST(secure_process_ignores_paths)
 {
     struct cupool__config c;
@@ -376,6 +387,7 @@ int main(void)
     tcase_add_test(tc, bad_values_keep_defaults);
     tcase_add_test(tc, byte_counts_take_units);
     tcase_add_test(tc, unknown_names_suggest_nearest);
+    tcase_add_test(tc, python_package_variables_left_alone);
     tcase_add_test(tc, bad_value_after_good_one_uses_default);
     tcase_add_test(tc, secure_process_ignores_paths);
     tcase_add_test(tc, stats_formats);
