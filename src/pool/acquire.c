@@ -113,7 +113,10 @@ __attribute__((noinline)) CUresult cupool__acquire_general(struct cupool__class 
         if (r != CUDA_SUCCESS)
             return r;
     }
-    if (!ctx_current && !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
+    /* a retired class hands nothing out, to the current-context API too: its context may
+     * still answer with the class's id (cupool_context_release), and acquire_current then
+     * looks the key up afresh */
+    if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
         return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
                             "the context (id %llu) of this %s pool is gone (destroyed, reset, or "
                             "broken by a sticky error)",

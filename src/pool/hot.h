@@ -130,7 +130,7 @@ __attribute__((always_inline)) static inline CUresult acquire_from(struct cupool
 {
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL && cupool__state_now() == CUPOOL_ST_RUNNING &&
-                      (ctx_current || atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))) &&
+                      atomic_load_explicit(&cls->alive, CUPOOL_RELAXED)) &&
         slot_hit(tc, cls->index, kind_gen(cupool__class_kind(cls), cupool__class_gen32(cls)), out))
         return CUDA_SUCCESS;
     /* a failed capture check: checked again there */
@@ -180,7 +180,10 @@ __attribute__((always_inline)) static inline bool current_hit(const struct cupoo
         if (!cc_match(e, *id, key))
             e++; /* way 1 */
         struct cupool__slot *s;
+        /* a class retired while its context still answers with the id (cupool_context_release)
+         * hands nothing out: the general path looks the key up afresh */
         if (CUPOOL_LIKELY(cc_match(e, *id, key) && cupool__state_now() == CUPOOL_ST_RUNNING &&
+                          atomic_load_explicit(&e->cls->alive, CUPOOL_RELAXED) &&
                           (s = slot_of(tc, e->index)) != NULL && s->count != 0)) {
             struct cupool__mag_item it = s->loaded->items[s->count - 1];
             uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);

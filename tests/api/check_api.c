@@ -940,6 +940,52 @@ START_TEST(failed_pop_restores_callers_context)
 }
 END_TEST
 
+/* cupool_context_release(ctx) forgets what other threads cache of ctx: a thread whose
+ * current context is still ctx (it answers with the same id until it is reset) gets a
+ * handle of a new class from its next current-context acquire, never one of the retired
+ * class's, and cupool makes no driver call with the old handle. */
+struct cr_worker {
+    pthread_barrier_t *step;
+    CUstream first, second;
+    CUresult r1, r2;
+};
+
+static void *cr_worker_main(void *arg)
+{
+    struct cr_worker *w = arg;
+    tu.cuCtxSetCurrent(tu_ctx);
+    w->r1 = cupool_stream_acquire(&w->first, 0, 0);
+    if (w->r1 == CUDA_SUCCESS)
+        w->r1 = cupool_stream_release(w->first); /* now in this thread's magazine */
+    pthread_barrier_wait(w->step);               /* main: cupool_context_release */
+    pthread_barrier_wait(w->step);
+    w->r2 = cupool_stream_acquire(&w->second, 0, 0);
+    if (w->r2 == CUDA_SUCCESS)
+        w->r2 = cupool_stream_release(w->second);
+    return NULL;
+}
+
+START_TEST(context_release_forgets_other_threads_caches)
+{
+    pthread_barrier_t step;
+    pthread_barrier_init(&step, NULL, 2);
+    struct cr_worker w = {.step = &step};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, cr_worker_main, &w), 0);
+    pthread_barrier_wait(&step);
+    TU_OK(cupool_context_release(tu_ctx));
+    unsigned long vets = tu_fake.present ? tu_fake.calls("cuStreamIsCapturing") : 0;
+    pthread_barrier_wait(&step);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&step);
+    TU_OK(w.r1);
+    TU_OK(w.r2);
+    ck_assert_ptr_ne(w.second, w.first); /* the old stream is forgotten, not handed out */
+    if (tu_fake.present) /* the new stream was made just now: nothing to vet */
+        ck_assert_uint_eq(tu_fake.calls("cuStreamIsCapturing"), vets);
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -961,6 +1007,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, event_acquire_record_release);
     tcase_add_test(tc, event_bad_flags);
     tcase_add_test(tc, cross_thread_release);
+    tcase_add_test(tc, context_release_forgets_other_threads_caches);
     tcase_add_test(tc, thread_exit_returns_magazines);
     tcase_add_test(tc, stats_get_and_print);
     tcase_add_test(tc, context_reset_old_handles_harmless);
