@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static inline int maint_threads(void)
 {
@@ -23,6 +24,22 @@ static inline int maint_threads(void)
     }
     if (d)
         closedir(d);
+    return n;
+}
+
+/* Waits up to timeout_ms for the count of cupool-maint threads to reach 0; returns the last
+ * count. A joined thread can still be listed for a moment: pthread_join returns when the kernel
+ * clears the thread's tid, just before the kernel drops its /proc entry. A thread that outlives
+ * an unload for real never leaves (it waits on a condition nobody signals, or crashes in
+ * unmapped code), so a bounded wait still catches it. */
+static inline int maint_threads_after_join(int timeout_ms)
+{
+    int n = maint_threads();
+    for (int waited = 0; n != 0 && waited < timeout_ms; waited++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+        n = maint_threads();
+    }
     return n;
 }
 

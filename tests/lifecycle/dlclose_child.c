@@ -153,7 +153,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "dlclose_child: dlclose: %s\n", dlerror());
             return 1;
         }
-        if (maint_threads() != 0) {
+        if (maint_threads_after_join(5000) != 0) {
             fprintf(stderr, "dlclose_child: cycle %d: a cupool-maint thread outlived dlclose\n",
                     cycle);
             failures++;
