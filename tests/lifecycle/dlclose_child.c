@@ -190,11 +190,17 @@ int main(int argc, char **argv)
     size_t heap = mallinfo2().uordblks - driver_growth;
     long rss = rss_kib() - (long)(driver_growth / 1024);
     int measured = cycles > WARMUP ? cycles - WARMUP : 0;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    printf("dlclose_child: %d cycles, %zu bytes of cupool metadata each; heap and resident size "
+           "not measured under a sanitizer\n",
+           cycles, metadata);
+#else
     printf("dlclose_child: %d cycles, %zu bytes of cupool metadata each; over the last %d: host "
            "heap in use %zu -> %zu bytes, resident %ld -> %ld KiB (the driver's own growth, %zu "
            "bytes, left out)\n",
            cycles, metadata, measured, heap_after_warmup, heap, rss_after_warmup, rss,
            driver_growth);
+#endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     /* A sanitizer's allocator owns the heap: mallinfo2 and the resident size say nothing of
      * cupool here. LeakSanitizer checks every byte at exit instead. */
