@@ -434,6 +434,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
      * into it then decay a whole decay time after the interval, not earlier */
     atomic_store_explicit(&c->depot_min, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->reserve, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->headroom, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->want, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->missed, false, CUPOOL_RELAXED);
     atomic_store_explicit(&c->reserve_met, true, CUPOOL_RELAXED);

@@ -55,6 +55,19 @@ void cupool__class_missed(struct cupool__class *cls)
     (void)cupool__class_ask(cls, CUPOOL_CLASS_WANT_REFILL);
 }
 
+/* The headroom (struct cupool__class) from the depot's lowest count over the last decay time:
+ * the demand is every handle alive less those that lay in the depot all along, and the
+ * headroom CUPOOL_HEADROOM_PERCENT of it, at most half the hard cap. A class whose demand stops
+ * sees it shrink to what threads still cache within one decay time, and its excess goes. */
+static void class_set_headroom(struct cupool__class *cls, int64_t depot_lo)
+{
+    int64_t live = atomic_load_explicit(&cls->live, CUPOOL_RELAXED);
+    int64_t demand = live - (depot_lo > 0 ? depot_lo : 0);
+    uint64_t h = demand > 0 ? (uint64_t)demand * cupool__cfg.headroom_percent / 100 : 0;
+    uint64_t cap = cls->idle_max / 2;
+    atomic_store_explicit(&cls->headroom, (uint32_t)(h < cap ? h : cap), CUPOOL_RELAXED);
+}
+
 /* Destroys depot handles, at most `max_mags` magazines' worth, until the depot holds at most
  * `target`. Returns the handles destroyed (or forgotten: a context that is gone); *err gets the
  * first failure (the handle and the rest of its magazine stay pooled). */
@@ -105,12 +118,15 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
         uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
         atomic_store_explicit(&cls->reserve, r / 2, CUPOOL_RELAXED);
     }
+    /* the depot's lowest count over the last decay time (the intervals recorded so far) */
+    uint32_t seen = cls->nmins < 4 ? cls->nmins : 4;
+    int64_t lo = cls->mins[0];
+    for (uint32_t i = 1; i < seen; i++)
+        lo = cls->mins[i] < lo ? cls->mins[i] : lo;
+    class_set_headroom(cls, lo);
     if (cupool__cfg.decay_ms == 0 || cls->nmins < 4)
         return false;
-    int64_t lo = cls->mins[0];
-    for (int i = 1; i < 4; i++)
-        lo = cls->mins[i] < lo ? cls->mins[i] : lo;
-    int64_t keep = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    int64_t keep = class_ahead(cls);
     keep = keep > (int64_t)cls->low_water ? keep : (int64_t)cls->low_water;
     if (lo <= keep)
         return false;
@@ -129,7 +145,7 @@ static bool class_decay_more(struct cupool__class *cls, int max_mags, CUresult *
     if (cls->decay_due <= 0)
         return false;
     int64_t cur = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
-    int64_t keep = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    int64_t keep = class_ahead(cls);
     keep = keep > (int64_t)cls->low_water ? keep : (int64_t)cls->low_water;
     int64_t target = cur - cls->decay_due;
     target = target > keep ? target : keep;
@@ -164,11 +180,12 @@ void cupool__class_decay_inline(struct cupool__class *cls)
     }
 }
 
-/* Creates into the depot, at most max_mags magazines, until it holds cls's reserve. True when
- * more is due. On the maintenance thread. */
+/* Creates into the depot, at most max_mags magazines, until it holds what cls keeps ahead of
+ * demand (class_ahead: its reserve or its headroom). True when more is due. On the
+ * maintenance thread. */
 static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
 {
-    int64_t target = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    int64_t target = class_ahead(cls);
     target = target > (int64_t)cls->idle_max ? (int64_t)cls->idle_max : target;
     for (int i = 0; i < max_mags; i++) {
         int64_t have = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
@@ -260,9 +277,9 @@ uint64_t cupool__pools_maintain(void)
         if (w)
             atomic_fetch_or_explicit(&c->want, w, CUPOOL_RELAXED);
         more |= again;
-        /* a reserve still to fill: its exchanges nudge without waking the thread */
-        uint32_t rsv = atomic_load_explicit(&c->reserve, CUPOOL_RELAXED);
-        reserves |= rsv != 0 && atomic_load_explicit(&c->depot_idle, CUPOOL_RELAXED) < (int64_t)rsv;
+        /* a reserve or headroom still to fill: its exchanges nudge without waking the thread */
+        int64_t ahead = class_ahead(c);
+        reserves |= ahead != 0 && atomic_load_explicit(&c->depot_idle, CUPOOL_RELAXED) < ahead;
         uint64_t due = atomic_load_explicit(&c->next_tick_ns, CUPOOL_RELAXED);
         next_due = due < next_due ? due : next_due;
         cupool__read_leave(cupool__th(tc));

@@ -333,13 +333,14 @@ bool cupool__depot_put(struct cupool__class *cls, struct cupool__magazine *m)
 
 
 /* A filled magazine taken from the depot: the decay's minimum, and a refill ahead of demand
- * when the depot runs low below the reserve a miss asked for. */
+ * when the depot runs below half of what it keeps ahead (the reserve a miss asked for, or the
+ * headroom of the last decay step). */
 static inline void depot_taken(struct cupool__class *cls, int64_t n)
 {
     int64_t after = atomic_fetch_sub_explicit(&cls->depot_idle, n, CUPOOL_RELAXED) - n;
     depot_min_lower(cls, after);
-    uint32_t reserve = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
-    if (CUPOOL_UNLIKELY(reserve && after < (int64_t)reserve / 2) &&
+    int64_t ahead = class_ahead(cls);
+    if (CUPOOL_UNLIKELY(ahead && after < ahead / 2) &&
         !(atomic_load_explicit(&cls->want, CUPOOL_RELAXED) & CUPOOL_CLASS_WANT_REFILL))
         (void)class_ask_as(cls, CUPOOL_CLASS_WANT_REFILL, false); /* the thread polls */
     cupool__class_decay_inline(cls);

@@ -94,6 +94,11 @@ struct cupool__class {
      * and only that thread touches mins/nmins (the last four ticks' minima). */
     alignas(CUPOOL_CACHELINE) _Atomic int64_t depot_min;
     _Atomic uint32_t reserve;
+    /* headroom: what the depot keeps beyond the class's recent demand, and the maintenance
+     * thread refills it to when it runs below half of it: CUPOOL_HEADROOM_PERCENT of the
+     * demand of the last decay time (the handles alive less the depot's lowest count), set by
+     * each decay step (count; 0 before the first, and after a trim) */
+    _Atomic uint32_t headroom;
     _Atomic uint32_t want;
     _Atomic bool missed;      /* a miss since the last tick */
     _Atomic bool reserve_met; /* the maintenance thread filled the depot up to reserve since

@@ -120,6 +120,15 @@ static inline void depot_min_lower(struct cupool__class *cls, int64_t now_idle)
         ;
 }
 
+/* What the maintenance thread keeps in the depot ahead of demand (count): the larger of the
+ * reserve a miss asked for and the headroom the last decay step set. */
+static inline int64_t class_ahead(const struct cupool__class *cls)
+{
+    uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
+    uint32_t h = atomic_load_explicit(&cls->headroom, CUPOOL_RELAXED);
+    return r > h ? r : h;
+}
+
 #define STREAM_FLAGS_KNOWN ((unsigned int)CU_STREAM_NON_BLOCKING)
 
 static inline bool event_flags_valid(unsigned int flags)

@@ -30,6 +30,7 @@
 static void class_forget_demand(struct cupool__class *cls)
 {
     atomic_store_explicit(&cls->reserve, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&cls->headroom, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&cls->reserve_met, true, CUPOOL_RELAXED);
     atomic_store_explicit(&cls->warm, false, CUPOOL_RELAXED);
 }

@@ -77,6 +77,7 @@ static void churn(int n)
 
 START_TEST(decay_destroys_unused_idle_handles_off_request_threads)
 {
+    setenv("CUPOOL_HEADROOM_PERCENT", "0", 1); /* the decay's own arithmetic */
     setup_decay("1000");
     churn(96); /* 32 stay in this thread's magazines, 64 go to the depot */
     cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
@@ -104,6 +105,7 @@ END_TEST
 
 START_TEST(demand_keeps_its_handles)
 {
+    setenv("CUPOOL_HEADROOM_PERCENT", "0", 1); /* the decay's own arithmetic */
     setup_decay("1000");
     /* 256 in use at once every interval: the depot is drawn down to nothing each time, so
      * nothing decays however many ticks pass */
@@ -282,6 +284,51 @@ START_TEST(growth_after_warm_up_is_created_ahead)
 }
 END_TEST
 
+/* Steady demand of 256 in use at once, every decay interval, for six ticks; then 32 more than
+ * that. Returns the creates the fluctuation made on request threads. */
+static uint64_t fluctuation_request_creates(void)
+{
+    setup_decay("1000");
+    for (int i = 0; i < 6; i++) {
+        churn(256);
+        tick();
+    }
+    uint64_t before = mstats().request_creates;
+    unsigned long mine = here_calls();
+    churn(256 + 32);
+    uint64_t made = mstats().request_creates - before;
+    if (tu_fake.present)
+        ck_assert_uint_eq(here_calls() - mine, made);
+    return made;
+}
+
+START_TEST(headroom_absorbs_a_fluctuation_off_request_threads)
+{
+    /* the default headroom, a quarter of the demand, was created ahead by the maintenance
+     * thread: a burst 32 above the steady demand creates nothing on the request thread */
+    ck_assert_uint_eq(fluctuation_request_creates(), 0);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_ge(st.idle + st.in_use, 256 + 256 / 4);
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+    /* demand stops: within two decay times the headroom shrinks to a quarter of what this
+     * thread still caches (32), and the rest decays */
+    for (int i = 0; i < 8; i++)
+        tick();
+    st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_le(st.idle + st.in_use, 32 + 32 / 4);
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+}
+END_TEST
+
+START_TEST(without_headroom_a_fluctuation_creates_on_the_request_thread)
+{
+    /* the control: with no headroom, the class keeps exactly its recent demand and the
+     * fluctuation's first handles are created by the thread that asked */
+    setenv("CUPOOL_HEADROOM_PERCENT", "0", 1);
+    ck_assert_uint_gt(fluctuation_request_creates(), 0);
+}
+END_TEST
+
 START_TEST(no_thread_without_background)
 {
     setenv("CUPOOL_BACKGROUND", "0", 1);
@@ -407,6 +454,8 @@ int main(void)
     tcase_add_test(tc, dropin_batches_reach_a_steady_state);
     tcase_add_test(tc, over_cap_backlog_is_destroyed_by_the_maintenance_thread);
     tcase_add_test(tc, growth_after_warm_up_is_created_ahead);
+    tcase_add_test(tc, headroom_absorbs_a_fluctuation_off_request_threads);
+    tcase_add_test(tc, without_headroom_a_fluctuation_creates_on_the_request_thread);
     tcase_add_test(tc, no_thread_without_background);
     tcase_add_test(tc, forked_child_has_no_maintenance_thread);
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
