@@ -9,6 +9,9 @@
  *   hit          cupool_pipeline_launch of an unchanged pipeline (a cache hit, no update)
  *   hit-changed  the same with every kernel's argument changed on every launch
  *   describe+hit cupool_pipeline_reset + one cupool_pipeline_kernel per node + launch
+ *   floor-filled the floor's launch after a hand-written fill of the nodes' parameters, a call
+ *                per node (as "(calls)" below): the floor of describe+hit, each in the same
+ *                interleaved run, so both pay the same cold caches after the synchronisation
  *   miss         the graph cache emptied by cupool_trim() before every launch (build,
  *                instantiate, launch)
  * "host" is the CPU time of the launch call(s) alone, each launch followed by an untimed
@@ -98,9 +101,21 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-enum way { W_EAGER, W_FLOOR, W_FLOOR_CHANGED, W_HIT, W_HIT_CHANGED, W_DESCRIBE, W_MISS, W_COUNT };
-static const char *const way_names[W_COUNT] = {"eager", "floor", "floor-changed", "hit", "hit-changed",
-                                               "describe+hit", "miss"};
+enum way {
+    W_EAGER,
+    W_FLOOR,
+    W_FLOOR_CHANGED,
+    W_HIT,
+    W_HIT_CHANGED,
+    W_DESCRIBE,
+    W_FLOOR_FILLED,
+    W_MISS,
+    W_COUNT
+};
+static const char *const way_names[W_COUNT] = {"eager",       "floor",        "floor-changed",
+                                               "hit",         "hit-changed",  "describe+hit",
+                                               "floor-filled", "miss"};
+static void hand_fill_calls(int n, unsigned base); /* describing by hand, below */
 
 static void describe(cupool_pipeline_t p, int n, unsigned base)
 {
@@ -137,7 +152,7 @@ static void way_setup(struct way_run *r, enum way w, int n, int iters)
     r->h = malloc(sizeof(double) * (size_t)iters);
     r->e = malloc(sizeof(double) * (size_t)iters);
     check("stream", g.cuStreamCreate(&r->s, CU_STREAM_NON_BLOCKING));
-    if (w == W_FLOOR || w == W_FLOOR_CHANGED) {
+    if (w == W_FLOOR || w == W_FLOOR_CHANGED || w == W_FLOOR_FILLED) {
         CUgraphNode *nodes = r->nodes;
         CUDA_KERNEL_NODE_PARAMS kp;
         memset(&kp, 0, sizeof kp);
@@ -186,6 +201,10 @@ static void way_step(struct way_run *r, int it)
     }
         /* fall through */
     case W_FLOOR:
+        check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
+        break;
+    case W_FLOOR_FILLED: /* by hand: the request's parameters filled, a call per node */
+        hand_fill_calls(r->n, 1);
         check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
         break;
     case W_DESCRIBE:
@@ -474,6 +493,7 @@ struct describe_result {
     double hand, hand_calls, cupool; /* ns per description of n kernels, medians: the fill
                                         inline, the fill a call per node, cupool's */
     double over_hit;       /* describe+hit minus hit, per node, ns (first table) */
+    double fill_over_floor; /* its floor: floor-filled minus floor, per node, ns (first table) */
 };
 
 /* ns per description, medians of `samples` batches (each long enough for the timer not to
@@ -743,6 +763,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     for (int i = 0; i < 3; i++) {
         describe_cost(sizes[i], iters, &desc[i]);
         desc[i].over_hit = (host[i][W_DESCRIBE] - host[i][W_HIT]) / sizes[i];
+        desc[i].fill_over_floor = (host[i][W_FLOOR_FILLED] - host[i][W_FLOOR]) / sizes[i];
     }
     const char *emax = getenv("CUPOOL_GRAPH_EXECS_MAX");
     int execs_max = emax && *emax ? atoi(emax) : 16; /* the default */
@@ -778,10 +799,11 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
         for (int i = 0; i < 3; i++)
             fprintf(json, "%s{\"nodes\":%d,\"hand_fill_ns\":%.2f,\"hand_fill_calls_ns\":%.2f,"
                           "\"describe_ns\":%.2f,\"ratio\":%.4f,\"ratio_calls\":%.4f,"
-                          "\"describe_hit_minus_hit_per_node_ns\":%.2f}",
+                          "\"describe_hit_minus_hit_per_node_ns\":%.2f,"
+                          "\"filled_floor_minus_floor_per_node_ns\":%.2f}",
                     i ? "," : "", desc[i].n, desc[i].hand, desc[i].hand_calls, desc[i].cupool,
                     desc[i].cupool / desc[i].hand, desc[i].cupool / desc[i].hand_calls,
-                    desc[i].over_hit);
+                    desc[i].over_hit, desc[i].fill_over_floor);
         fprintf(json, "],\"throughput_kernels_per_s\":{\"cupool_1\":%.0f,\"cupool_8\":%.0f,"
                       "\"hand_1\":%.0f,\"hand_8\":%.0f,\"hand_8_one_graph\":%.0f,"
                       "\"hand_8_late\":%.0f},",
@@ -858,15 +880,18 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
                "records a completion event)\n",
                execs_max);
     printf("\ngraphs: describing per request, ns per pipeline of N kernels (medians)%s\n", label);
-    printf("%4s %10s %10s %10s %8s %8s %28s\n", "N", "hand fill", "(calls)", "describe",
-           "ratio", "(calls)", "describe+hit - hit, per node");
+    printf("%4s %10s %10s %10s %8s %8s %28s %28s\n", "N", "hand fill", "(calls)", "describe",
+           "ratio", "(calls)", "describe+hit - hit, per node", "by hand: filled - floor");
     for (int i = 0; i < 3; i++)
-        printf("%4d %10.1f %10.1f %10.1f %7.2fx %7.2fx %25.1f ns\n", desc[i].n, desc[i].hand,
-               desc[i].hand_calls, desc[i].cupool, desc[i].cupool / desc[i].hand,
-               desc[i].cupool / desc[i].hand_calls, desc[i].over_hit);
+        printf("%4d %10.1f %10.1f %10.1f %7.2fx %7.2fx %25.1f ns %25.1f ns\n", desc[i].n,
+               desc[i].hand, desc[i].hand_calls, desc[i].cupool, desc[i].cupool / desc[i].hand,
+               desc[i].cupool / desc[i].hand_calls, desc[i].over_hit, desc[i].fill_over_floor);
     printf("(hand fill: the nodes' CUDA_KERNEL_NODE_PARAMS, kernelParams and argument values, "
            "inline, and (calls) a call per node taking cupool_pipeline_kernel's arguments; "
-           "describe: cupool_pipeline_reset + cupool_pipeline_kernel per node)\n");
+           "describe: cupool_pipeline_reset + cupool_pipeline_kernel per node; the last two "
+           "columns from the first table, per node: what describing adds to a hit, and what the "
+           "hand-written fill by calls adds to the floor's launch, in the same interleaved "
+           "run)\n");
 
     printf("\nby hand (an exec per thread, cuGraphLaunch): 1 stream %.0f kernels/s, 8 threads on "
            "8 streams %.0f kernels/s (%.2fx)%s\n",
