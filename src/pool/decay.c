@@ -58,7 +58,10 @@ void cupool__class_missed(struct cupool__class *cls)
 /* The headroom (struct cupool__class) from the depot's lowest count over the last decay time:
  * the demand is every handle alive less those that lay in the depot all along, and the
  * headroom CUPOOL_HEADROOM_PERCENT of it, at most half the hard cap. A class whose demand stops
- * sees it shrink to what threads still cache within one decay time, and its excess goes. */
+ * sees it shrink to what threads still cache within one decay time, and its excess goes.
+ * Handles a refill created after the depot's low point count as demand at the next tick, so
+ * with p percent the headroom settles at most at p / (100 - p) of the true demand: the
+ * variable stops at 50 (all of it), where a larger p could ratchet it up to the cap. */
 static void class_set_headroom(struct cupool__class *cls, int64_t depot_lo)
 {
     int64_t live = atomic_load_explicit(&cls->live, CUPOOL_RELAXED);
