@@ -433,6 +433,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     /* the depot starts empty: its minimum over the first interval is 0, so handles released
      * into it then decay a whole decay time after the interval, not earlier */
     atomic_store_explicit(&c->depot_min, 0, CUPOOL_RELAXED);
+    atomic_store_explicit(&c->depot_max, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->reserve, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->headroom, 0, CUPOOL_RELAXED);
     atomic_store_explicit(&c->want, 0, CUPOOL_RELAXED);
@@ -442,6 +443,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     atomic_store_explicit(&c->next_tick_ns, decay_now() + cupool__decay_period_ns(),
                           CUPOOL_RELAXED);
     c->nmins = 0;
+    atomic_store_explicit(&c->forget, false, CUPOOL_RELAXED);
     c->decay_due = 0;
     atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELEASE);
     class_hash_insert(c);

@@ -55,18 +55,18 @@ void cupool__class_missed(struct cupool__class *cls)
     (void)cupool__class_ask(cls, CUPOOL_CLASS_WANT_REFILL);
 }
 
-/* The headroom (struct cupool__class) from the depot's lowest count over the last decay time:
- * the demand is every handle alive less those that lay in the depot all along, and the
- * headroom CUPOOL_HEADROOM_PERCENT of it, at most half the hard cap. A class whose demand stops
- * sees it shrink to what threads still cache within one decay time, and its excess goes.
- * Handles a refill created after the depot's low point count as demand at the next tick, so
- * with p percent the headroom settles at most at p / (100 - p) of the true demand: the
- * variable stops at 50 (all of it), where a larger p could ratchet it up to the cap. */
-static void class_set_headroom(struct cupool__class *cls, int64_t depot_lo)
+/* The headroom (struct cupool__class) from the swing of the demand over the last decay time:
+ * the depot's highest count less its lowest, that is how far the handles in use and in
+ * threads' caches rose from their quietest moment to their busiest. The headroom is
+ * CUPOOL_HEADROOM_PERCENT of it, at most half the hard cap: a fluctuation beyond the recent
+ * peak is on the scale of the swing, not of the level, so a class that holds many handles
+ * steadily keeps none extra, and one whose demand stops sees it fall to nothing within one
+ * decay time. A refill that lifts the depot after its low point adds to the next swing (by at
+ * most half the headroom, the refill's threshold), so with p percent the headroom settles at
+ * most at p / (1 - p/2) of the true swing: twice it at the variable's top, 100. */
+static void class_set_headroom(struct cupool__class *cls, int64_t swing)
 {
-    int64_t live = atomic_load_explicit(&cls->live, CUPOOL_RELAXED);
-    int64_t demand = live - (depot_lo > 0 ? depot_lo : 0);
-    uint64_t h = demand > 0 ? (uint64_t)demand * cupool__cfg.headroom_percent / 100 : 0;
+    uint64_t h = swing > 0 ? (uint64_t)swing * cupool__cfg.headroom_percent / 100 : 0;
     uint64_t cap = cls->idle_max / 2;
     atomic_store_explicit(&cls->headroom, (uint32_t)(h < cap ? h : cap), CUPOOL_RELAXED);
 }
@@ -103,6 +103,22 @@ int64_t cupool__depot_shrink(struct cupool__class *cls, int64_t target, int max_
     return gone;
 }
 
+/* After the decay destroyed `gone` depot handles: what it took is no swing of demand. The
+ * recorded minima and maxima come down by it, and the interval under way starts from the
+ * depot as it is now (a push racing with this may be missed: the swing is an estimate). */
+static void decay_took(struct cupool__class *cls, int64_t gone)
+{
+    if (gone <= 0)
+        return;
+    for (int i = 0; i < 4; i++) {
+        cls->mins[i] = cls->mins[i] > gone ? cls->mins[i] - gone : 0;
+        cls->maxes[i] = cls->maxes[i] > gone ? cls->maxes[i] - gone : 0;
+    }
+    int64_t now = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+    atomic_store_explicit(&cls->depot_max, now, CUPOOL_RELAXED);
+    depot_min_lower(cls, now);
+}
+
 /*
  * One decay step of cls, by the thread that moved next_tick_ns on (it alone touches mins).
  * Handles that stayed in the depot through the last four ticks (one decay time,
@@ -115,6 +131,10 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
 {
     int64_t cur = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
     int64_t m = atomic_exchange_explicit(&cls->depot_min, cur, CUPOOL_RELAXED);
+    int64_t hi = atomic_exchange_explicit(&cls->depot_max, cur, CUPOOL_RELAXED);
+    if (atomic_exchange_explicit(&cls->forget, false, CUPOOL_RELAXED))
+        cls->nmins = 0; /* a trim since the last tick: its demand starts afresh */
+    cls->maxes[cls->nmins % 4] = hi > cur ? hi : cur;
     cls->mins[cls->nmins++ % 4] = m < cur ? m : cur;
     atomic_store_explicit(&cls->warm, true, CUPOOL_RELAXED);
     if (!atomic_exchange_explicit(&cls->missed, false, CUPOOL_RELAXED)) {
@@ -123,10 +143,12 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
     }
     /* the depot's lowest count over the last decay time (the intervals recorded so far) */
     uint32_t seen = cls->nmins < 4 ? cls->nmins : 4;
-    int64_t lo = cls->mins[0];
-    for (uint32_t i = 1; i < seen; i++)
+    int64_t lo = cls->mins[0], top = cls->maxes[0];
+    for (uint32_t i = 1; i < seen; i++) {
         lo = cls->mins[i] < lo ? cls->mins[i] : lo;
-    class_set_headroom(cls, lo);
+        top = cls->maxes[i] > top ? cls->maxes[i] : top;
+    }
+    class_set_headroom(cls, top - lo);
     if (cupool__cfg.decay_ms == 0 || cls->nmins < 4)
         return false;
     int64_t keep = class_ahead(cls);
@@ -135,8 +157,7 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
         return false;
     int64_t want_gone = lo - keep;
     int64_t gone = cupool__depot_shrink(cls, cur - want_gone, max_mags, err);
-    for (int i = 0; i < 4; i++)
-        cls->mins[i] = cls->mins[i] > gone ? cls->mins[i] - gone : 0;
+    decay_took(cls, gone);
     cls->decay_due = *err == CUDA_SUCCESS ? want_gone - gone : 0;
     return cls->decay_due > 0;
 }
@@ -153,8 +174,7 @@ static bool class_decay_more(struct cupool__class *cls, int max_mags, CUresult *
     int64_t target = cur - cls->decay_due;
     target = target > keep ? target : keep;
     int64_t gone = cur > target ? cupool__depot_shrink(cls, target, max_mags, err) : 0;
-    for (int i = 0; i < 4; i++)
-        cls->mins[i] = cls->mins[i] > gone ? cls->mins[i] - gone : 0;
+    decay_took(cls, gone);
     cls->decay_due = *err == CUDA_SUCCESS && gone > 0 ? cls->decay_due - gone : 0;
     return cls->decay_due > 0;
 }
@@ -273,6 +293,15 @@ uint64_t cupool__pools_maintain(void)
             again |= class_decay_more(c, MAINT_MAGS, &err);
         else if (err == CUDA_SUCCESS && class_tick_claim(c, now))
             again |= class_decay_step(c, MAINT_MAGS, &err);
+        /* a headroom the step set (or a reserve) that the depot is below half of: filled now,
+         * not only at the next depot exchange (a class whose demand paused has none) */
+        int64_t ahead = class_ahead(c);
+        if (err == CUDA_SUCCESS && !(w & CUPOOL_CLASS_WANT_REFILL) && ahead &&
+            atomic_load_explicit(&c->depot_idle, CUPOOL_RELAXED) < ahead / 2 &&
+            atomic_load_explicit(&c->warm, CUPOOL_RELAXED)) {
+            w |= CUPOOL_CLASS_WANT_REFILL;
+            again = true;
+        }
         if (err != CUDA_SUCCESS)
             failed = true; /* a passing driver error: the next round tries again */
         else
@@ -280,9 +309,12 @@ uint64_t cupool__pools_maintain(void)
         if (w)
             atomic_fetch_or_explicit(&c->want, w, CUPOOL_RELAXED);
         more |= again;
-        /* a reserve or headroom still to fill: its exchanges nudge without waking the thread */
-        int64_t ahead = class_ahead(c);
-        reserves |= ahead != 0 && atomic_load_explicit(&c->depot_idle, CUPOOL_RELAXED) < ahead;
+        /* a reserve still to fill (a class growing past its warm-up): its exchanges nudge
+         * without waking the thread, which polls until the reserve decays. Not the headroom:
+         * it lasts as long as the demand swings, and a depot exchange that leaves the depot
+         * below half of it wakes the thread (depot_taken) */
+        uint32_t rsv = atomic_load_explicit(&c->reserve, CUPOOL_RELAXED);
+        reserves |= rsv != 0 && atomic_load_explicit(&c->depot_idle, CUPOOL_RELAXED) < (int64_t)rsv;
         uint64_t due = atomic_load_explicit(&c->next_tick_ns, CUPOOL_RELAXED);
         next_due = due < next_due ? due : next_due;
         cupool__read_leave(cupool__th(tc));

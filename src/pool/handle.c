@@ -324,7 +324,7 @@ bool cupool__depot_put(struct cupool__class *cls, struct cupool__magazine *m)
         return !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
                !cupool__class_ask(cls, CUPOOL_CLASS_WANT_DRAIN);
     }
-    atomic_fetch_add_explicit(&cls->depot_idle, n, CUPOOL_RELAXED);
+    depot_max_raise(cls, atomic_fetch_add_explicit(&cls->depot_idle, n, CUPOOL_RELAXED) + n);
     cupool__stack_push(&cls->depot, m);
     cupool__class_decay_inline(cls);
     return false;

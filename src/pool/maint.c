@@ -248,6 +248,11 @@ bool cupool__maint_flush(uint64_t timeout_ns)
     return true;
 }
 
+bool cupool__maint_polling(void)
+{
+    return atomic_load_explicit(&maint_polling, CUPOOL_RELAXED);
+}
+
 void cupool__maint_forget(void)
 {
     atomic_store(&maint_state, M_OFF);

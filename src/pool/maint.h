@@ -84,6 +84,9 @@ extern uint64_t (*cupool__decay_clock)(void);
 /* Kicks the maintenance thread and waits until it has run a whole round begun after the
  * call. False after timeout_ns, or when the thread does not run. */
 bool cupool__maint_flush(uint64_t timeout_ns);
+/* Whether the thread's last round asked to look again within a millisecond (a reserve to
+ * fill). For tests: an idle process must not keep it polling. */
+bool cupool__maint_polling(void);
 
 /* True on the maintenance thread. */
 extern CUPOOL_TLS_IE bool cupool__maint_self;

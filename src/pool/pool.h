@@ -93,11 +93,13 @@ struct cupool__class {
      * the next decay step is due; whoever moves it on by compare-and-swap runs that step alone,
      * and only that thread touches mins/nmins (the last four ticks' minima). */
     alignas(CUPOOL_CACHELINE) _Atomic int64_t depot_min;
+    _Atomic int64_t depot_max; /* the depot's highest count since the last tick (raised by
+                                  pushers, an atomic max; reset by the tick) */
     _Atomic uint32_t reserve;
-    /* headroom: what the depot keeps beyond the class's recent demand, and the maintenance
-     * thread refills it to when it runs below half of it: CUPOOL_HEADROOM_PERCENT of the
-     * demand of the last decay time (the handles alive less the depot's lowest count), set by
-     * each decay step (count; 0 before the first, and after a trim) */
+    /* headroom: what the depot keeps beyond the class's recent peak demand, and the
+     * maintenance thread refills it to when it runs below half of it: CUPOOL_HEADROOM_PERCENT
+     * of the demand's swing over the last decay time (the depot's highest count less its
+     * lowest), set by each decay step (count; 0 before the first, and after a trim) */
     _Atomic uint32_t headroom;
     _Atomic uint32_t want;
     _Atomic bool missed;      /* a miss since the last tick */
@@ -106,7 +108,8 @@ struct cupool__class {
     _Atomic bool warm;        /* past its first decay tick: misses from here on are growth
                                  beyond the demand the class was built for, not its warm-up */
     _Atomic uint64_t next_tick_ns;
-    int64_t mins[4];
+    int64_t mins[4], maxes[4];
+    _Atomic bool forget; /* set by a trim: the next tick drops the recorded minima and maxima */
     uint32_t nmins;
     int64_t decay_due; /* handles a decay step left to the maintenance thread's next rounds */
 

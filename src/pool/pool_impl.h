@@ -129,6 +129,15 @@ static inline int64_t class_ahead(const struct cupool__class *cls)
     return r > h ? r : h;
 }
 
+/* Raises the depot's recorded maximum to `now_idle` (the headroom's measure of the swing). */
+static inline void depot_max_raise(struct cupool__class *cls, int64_t now_idle)
+{
+    int64_t m = atomic_load_explicit(&cls->depot_max, CUPOOL_RELAXED);
+    while (now_idle > m && !atomic_compare_exchange_weak_explicit(
+                               &cls->depot_max, &m, now_idle, CUPOOL_RELAXED, CUPOOL_RELAXED))
+        ;
+}
+
 #define STREAM_FLAGS_KNOWN ((unsigned int)CU_STREAM_NON_BLOCKING)
 
 static inline bool event_flags_valid(unsigned int flags)

@@ -40,6 +40,13 @@ static CUresult trim_class(struct cupool__class *cls, int64_t keep)
     class_forget_demand(cls);
     CUresult first = cupool__drain_retired(cls, 0, 0);
     (void)cupool__depot_shrink(cls, keep, 0, &first);
+    /* what the trim took out of the depot is no swing of demand: the interval under way
+     * starts again from the depot as it is (a push racing with this may be missed: the swing
+     * is an estimate), and the next tick drops what the earlier ones recorded */
+    int64_t now = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+    atomic_store_explicit(&cls->depot_min, now, CUPOOL_RELAXED);
+    atomic_store_explicit(&cls->depot_max, now, CUPOOL_RELAXED);
+    atomic_store_explicit(&cls->forget, true, CUPOOL_RELAXED);
     return first;
 }
 

@@ -304,18 +304,47 @@ static uint64_t fluctuation_request_creates(void)
 
 START_TEST(headroom_absorbs_a_fluctuation_off_request_threads)
 {
-    /* the default headroom, a quarter of the demand, was created ahead by the maintenance
-     * thread: a burst 32 above the steady demand creates nothing on the request thread */
+    /* the default headroom, half the demand's swing (0 to 256 in use each interval), was
+     * created ahead by the maintenance thread: a burst 32 above the steady peak creates
+     * nothing on the request thread */
     ck_assert_uint_eq(fluctuation_request_creates(), 0);
     ck_assert_uint_eq(mstats().request_destroys, 0);
     cupool_class_stats_t st;
-    /* demand stops: within two decay times the headroom shrinks to a quarter of what this
-     * thread still caches (32), and the rest decays */
-    for (int i = 0; i < 8; i++)
+    /* demand stops: within two decay times the swing, and the headroom with it, falls to
+     * nothing, and all but what this thread still caches (32) decays */
+    for (int i = 0; i < 8; i++) {
         tick();
-    st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
-    ck_assert_uint_le(st.idle + st.in_use, 32 + 32 / 4);
+        st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+        fprintf(stderr, "after demand stopped, tick %d: alive %llu, destroys %llu\n", i + 1,
+               (unsigned long long)(st.idle + st.in_use), (unsigned long long)st.destroys);
+    }
+    ck_assert_uint_le(st.idle + st.in_use, 32);
     ck_assert_uint_eq(mstats().request_destroys, 0);
+}
+END_TEST
+
+/* A class that holds many handles steadily (no swing) keeps no headroom: nothing is created
+ * ahead of it, and the maintenance thread does not keep polling for a headroom it will never
+ * be asked to fill (it polled every millisecond, forever, when the headroom followed the level
+ * of demand). */
+START_TEST(steady_holders_keep_no_headroom_and_leave_the_thread_asleep)
+{
+    setup_decay("1000");
+    CUstream held[1000];
+    for (int i = 0; i < 1000; i++)
+        TU_OK(cupool_stream_acquire(&held[i], CU_STREAM_NON_BLOCKING, 0));
+    churn(8); /* a little steady use on top: created once, then this thread's magazines */
+    uint64_t made = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).creates;
+    for (int round = 0; round < 8; round++) {
+        churn(8);
+        tick();
+    }
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.creates, made);
+    ck_assert_uint_eq(mstats().background_creates, 0);
+    ck_assert(!cupool__maint_polling());
+    for (int i = 0; i < 1000; i++)
+        TU_OK(cupool_stream_release(held[i]));
 }
 END_TEST
 
@@ -455,6 +484,7 @@ int main(void)
     tcase_add_test(tc, growth_after_warm_up_is_created_ahead);
     tcase_add_test(tc, headroom_absorbs_a_fluctuation_off_request_threads);
     tcase_add_test(tc, without_headroom_a_fluctuation_creates_on_the_request_thread);
+    tcase_add_test(tc, steady_holders_keep_no_headroom_and_leave_the_thread_asleep);
     tcase_add_test(tc, no_thread_without_background);
     tcase_add_test(tc, forked_child_has_no_maintenance_thread);
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);

@@ -50,7 +50,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(c.stream_idle_max, 4096);
     ck_assert_uint_eq(c.event_idle_max, 16384);
     ck_assert_uint_eq(c.decay_ms, 10000);
-    ck_assert_uint_eq(c.headroom_percent, 25);
+    ck_assert_uint_eq(c.headroom_percent, 50);
     ck_assert(c.background);
     ck_assert_uint_eq(c.stream_prewarm, 0);
     ck_assert_uint_eq(c.event_prewarm, 0);
@@ -173,23 +173,23 @@ START_TEST(byte_counts_take_units)
 }
 END_TEST
 
-/* The headroom's range stops at 50 (beyond it the headroom could count itself as demand and
- * ratchet up): 0 and 50 are taken, 51 is not. */
+/* The headroom is 0 to 100 percent of the demand's swing (beyond 100 a refill's own lift of
+ * the depot would count for too much of the next swing): 0 and 100 are taken, 101 is not. */
 START_TEST(headroom_percent_range)
 {
     struct cupool__config c;
     struct lines l;
     ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_HEADROOM_PERCENT=0", NULL), 0);
     ck_assert_uint_eq(c.headroom_percent, 0);
-    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_HEADROOM_PERCENT=50", NULL), 0);
-    ck_assert_uint_eq(c.headroom_percent, 50);
-    static const char *const bad[] = {"51", "1000", "-1", "25%", "", "quarter"};
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_HEADROOM_PERCENT=100", NULL), 0);
+    ck_assert_uint_eq(c.headroom_percent, 100);
+    static const char *const bad[] = {"101", "1000", "-1", "25%", "", "quarter"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char entry[64];
         snprintf(entry, sizeof(entry), "CUPOOL_HEADROOM_PERCENT=%s", bad[i]);
         ck_assert_int_eq(parse(&c, &l, false, entry, NULL), 1);
-        ck_assert_uint_eq(c.headroom_percent, 25);
-        ck_assert_msg(strstr(l.text[0], "expected an integer from 0 to 50; using the default 25"),
+        ck_assert_uint_eq(c.headroom_percent, 50);
+        ck_assert_msg(strstr(l.text[0], "expected an integer from 0 to 100; using the default 50"),
                       "%s", l.text[0]);
     }
 }
