@@ -379,6 +379,12 @@ const char *cupool__config_nearest(const char *name)
 {
     const char *best = vars[0].name;
     size_t best_d = (size_t)-1;
+    /* a known name the unknown one begins (CUPOOL_HEADROOM for CUPOOL_HEADROOM_PERCENT): the
+     * edit distance of a dropped suffix can exceed that of an unrelated name */
+    size_t len = strlen(name);
+    for (size_t i = 0; i < NVARS; i++)
+        if (len > 7 && strncmp(vars[i].name, name, len) == 0 && vars[i].name[len] == '_')
+            return vars[i].name;
     for (size_t i = 0; i < NVARS; i++) {
         size_t d = edit_distance(name, vars[i].name);
         if (d < best_d) {

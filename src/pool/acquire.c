@@ -179,10 +179,19 @@ static CUresult release_refused(const struct cupool__class_ops *ops,
                                     "%p is not %s %s (it is a pooled %s)", h,
                                     ops->kind == CUPOOL_KIND_EVENT ? "an" : "a", ops->name,
                                     cls->ops->name));
+    if (expect && cls != expect && ops->kind == CUPOOL_KIND_STREAM)
+        return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
+                                    "%s %p belongs to another pool (context %llu, flags 0x%x, "
+                                    "priority %d; this pool: context %llu, flags 0x%x, "
+                                    "priority %d)",
+                                    ops->name, h, cls->ctx_id, cls->flags, cls->priority,
+                                    expect->ctx_id, expect->flags, expect->priority));
     if (expect && cls != expect)
         return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE,
-                                    "%s %p belongs to another pool (context %llu, flags 0x%x)",
-                                    ops->name, h, cls->ctx_id, cls->flags));
+                                    "%s %p belongs to another pool (context %llu, flags 0x%x; "
+                                    "this pool: context %llu, flags 0x%x)",
+                                    ops->name, h, cls->ctx_id, cls->flags, expect->ctx_id,
+                                    expect->flags));
     if (atomic_load_explicit(&rec->state, CUPOOL_RELAXED) != CUPOOL_H_OWNED)
         return refused(cupool__fail(CUDA_ERROR_INVALID_HANDLE, "%s %p was already released",
                                     ops->name, h));

@@ -317,6 +317,10 @@ START_TEST(explicit_pools)
     TU_EQ(cupool_stream_pool_release(p3, s, 0), CUDA_ERROR_INVALID_HANDLE);
     ck_assert_msg(strstr(cupool_error_string(), "another pool") != NULL, "%s",
                   cupool_error_string());
+    /* the message says how the two pools differ, the priority included */
+    ck_assert_msg(strstr(cupool_error_string(), "flags 0x1, priority 0; this pool: context") &&
+                      strstr(cupool_error_string(), "flags 0x0, priority 0)"),
+                  "%s", cupool_error_string());
     TU_EQ(cupool_stream_pool_release(p1, s, 0x80), CUDA_ERROR_INVALID_VALUE);
     TU_EQ(cupool_stream_pool_release(NULL, s, 0), CUDA_ERROR_INVALID_VALUE);
     /* The current-context API and the explicit pool share the class. */

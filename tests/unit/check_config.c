@@ -218,6 +218,8 @@ START_TEST(unknown_names_suggest_nearest)
     ck_assert_msg(strstr(l.text[2], "did you mean CUPOOL_DRIVER_PATH?"), "%s", l.text[2]);
     ck_assert_uint_eq(c.magazine_size, 16);
     ck_assert_str_eq(cupool__config_nearest("CUPOOL_STAT"), "CUPOOL_STATS");
+    /* a name missing its last word: CUPOOL_DECAY_MS is nearer by edit distance */
+    ck_assert_str_eq(cupool__config_nearest("CUPOOL_HEADROOM"), "CUPOOL_HEADROOM_PERCENT");
 }
 END_TEST
 
