@@ -22,8 +22,8 @@ struct cupool__config {
     uint32_t stream_prewarm;  /* streams created when a class is first used (count) */
     uint32_t event_prewarm;   /* events created when a class is first used (count) */
     uint32_t decay_ms;        /* idle handles unused this long are destroyed (ms; 0: never) */
-    uint32_t headroom_percent; /* idle handles kept beyond a class's recent demand (percent of
-                                  that demand) and replenished ahead of it */
+    uint32_t headroom_percent; /* idle handles kept beyond a class's recent peak demand and
+                                  replenished ahead of it (percent of the demand's swing) */
     bool background;          /* a maintenance thread does the pools' driver work */
     bool disable;             /* pass-through: acquire creates, release destroys */
     bool destroy_on_exit;     /* destroy idle handles at exit, before the driver's teardown */

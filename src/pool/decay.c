@@ -141,7 +141,8 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
         uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
         atomic_store_explicit(&cls->reserve, r / 2, CUPOOL_RELAXED);
     }
-    /* the depot's lowest count over the last decay time (the intervals recorded so far) */
+    /* the depot's lowest and highest counts over the last decay time (the intervals recorded
+     * so far) */
     uint32_t seen = cls->nmins < 4 ? cls->nmins : 4;
     int64_t lo = cls->mins[0], top = cls->maxes[0];
     for (uint32_t i = 1; i < seen; i++) {

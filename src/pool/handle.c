@@ -342,7 +342,8 @@ static inline void depot_taken(struct cupool__class *cls, int64_t n)
     int64_t ahead = class_ahead(cls);
     if (CUPOOL_UNLIKELY(ahead && after < ahead / 2) &&
         !(atomic_load_explicit(&cls->want, CUPOOL_RELAXED) & CUPOOL_CLASS_WANT_REFILL))
-        (void)class_ask_as(cls, CUPOOL_CLASS_WANT_REFILL, false); /* the thread polls */
+        /* no system call while the thread polls (a reserve to fill); a wake-up otherwise */
+        (void)class_ask_as(cls, CUPOOL_CLASS_WANT_REFILL, false);
     cupool__class_decay_inline(cls);
 }
 
