@@ -261,11 +261,7 @@ class StreamPool:
         self.handle = p.value
 
     def acquire(self):
-        s = _vp()
-        r = _stream_pool_acquire(self.handle, _C.byref(s))
-        if r:
-            _raise(r)
-        return Stream(s.value or 0, self.handle)
+        return Stream(self.acquire_handle(), self.handle)
 
     def acquire_handle(self):
         s = _vp()
@@ -300,11 +296,7 @@ class EventPool:
         self.handle = p.value
 
     def acquire(self):
-        e = _vp()
-        r = _event_pool_acquire(self.handle, _C.byref(e))
-        if r:
-            _raise(r)
-        return Event(e.value or 0, self.handle)
+        return Event(self.acquire_handle(), self.handle)
 
     def acquire_handle(self):
         e = _vp()
