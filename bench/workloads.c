@@ -917,6 +917,8 @@ enum op {
     OP_PROMISED_CALLS, /* the promised pair plus, inline, the driver calls of a checked pool */
     OP_CUPOOL,         /* cupool_stream_acquire/_release, one key */
     OP_CUPOOL_KEYS,    /* the same, keys taken in turn */
+    OP_HAND_CTX,       /* a hand-written pool out of line: the pool row's calls + records */
+    OP_HAND_NULL,      /* the same with cuCtxGetId(NULL): the current-context row's */
     OP_FLOOR_CTX,      /* pop + cuCtxGetId(ctx) + cuStreamIsCapturing, push */
     OP_FLOOR_NULL,     /* pop + cuCtxGetId(NULL) + cuStreamIsCapturing, push */
     OP_FLOOR_KEYS,     /* the same on one driver-made stream per key, taken in turn */
@@ -944,6 +946,66 @@ struct pjob {
     pthread_t t;
 };
 
+/*
+ * The hand-written equivalent of a checked pool pair, the least any library pool with an
+ * ownership check does: out-of-line acquire and release reached through function pointers (a
+ * library's calls go through its PLT); a thread-local stack of per-handle 64-byte records; on
+ * acquire the pop, the context check (cuCtxGetId, against the id the pool was made in), the
+ * capture check (cuStreamIsCapturing) and one write to the record; on release the thread's
+ * last-acquired record matched against the handle, its state checked, one write, the push.
+ * No lookup for a handle other than the last one, no statistics, no lifecycle guard: less
+ * than a library must do, so what cupool adds over it is an upper bound on its own overhead.
+ */
+struct hpool_rec {
+    _Alignas(64) CUstream handle;
+    volatile unsigned int state; /* 0 idle, 1 owned */
+};
+struct hpool_tls {
+    struct hpool_rec *items[16];
+    unsigned int count;
+    struct hpool_rec *last;
+    struct hpool_rec recs[16];
+};
+static __thread struct hpool_tls *hpool_tl;
+static unsigned long long hpool_ctx_id;
+
+static __attribute__((noinline)) CUresult hpool_acquire(CUcontext c, CUstream *out)
+{
+    struct hpool_tls *t = hpool_tl;
+    if (t == NULL || t->count == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct hpool_rec *rec = t->items[t->count - 1];
+    if (rec->state != 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    unsigned long long id;
+    CUstreamCaptureStatus cs;
+    CUresult r = d.cuCtxGetId(c, &id);
+    if (r != CUDA_SUCCESS || id != hpool_ctx_id)
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_CONTEXT;
+    r = d.cuStreamIsCapturing(rec->handle, &cs);
+    if (r != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE)
+        return r != CUDA_SUCCESS ? r : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    t->count--;
+    rec->state = 1;
+    t->last = rec;
+    *out = rec->handle;
+    return CUDA_SUCCESS;
+}
+
+static __attribute__((noinline)) CUresult hpool_release(CUstream s)
+{
+    struct hpool_tls *t = hpool_tl;
+    struct hpool_rec *rec = t ? t->last : NULL;
+    if (rec == NULL || rec->handle != s || rec->state != 1 || t->count == 16)
+        return CUDA_ERROR_INVALID_HANDLE;
+    rec->state = 0;
+    t->items[t->count++] = rec;
+    return CUDA_SUCCESS;
+}
+
+static CUresult (*volatile hpool_acquire_fn)(CUcontext, CUstream *) = hpool_acquire;
+static CUresult (*volatile hpool_release_fn)(CUstream) = hpool_release;
+
 static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, enum op op,
                                                                 int timed)
 {
@@ -968,6 +1030,8 @@ static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, 
         break;
     case OP_EVENT_PROMISED: r = cupool_event_pool_acquire(promised_epool, &e); break;
     case OP_CUPOOL: r = cupool_stream_acquire(&s, SFLAGS, 0); break;
+    case OP_HAND_CTX: r = hpool_acquire_fn(ctx, &s); break;
+    case OP_HAND_NULL: r = hpool_acquire_fn(NULL, &s); break;
     case OP_CUPOOL_KEYS: {
         const struct key *k = &j->keys[j->k];
         j->k = j->k + 1 == j->nkeys ? 0 : j->k + 1;
@@ -1006,6 +1070,8 @@ static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, 
     case OP_EVENT_PROMISED: r = cupool_event_pool_release(promised_epool, e); break;
     case OP_CUPOOL:
     case OP_CUPOOL_KEYS: r = cupool_stream_release(s); break;
+    case OP_HAND_CTX:
+    case OP_HAND_NULL: r = hpool_release_fn(s); break;
     case OP_FLOOR_KEYS:
         j->stack[j->k] = s;
         j->k = j->k + 1 == j->nkeys ? 0 : j->k + 1;
@@ -1041,6 +1107,8 @@ static CUresult pairs(struct pjob *j, long n, int timed)
         PAIR_CASE(OP_PROMISED_CALLS)
         PAIR_CASE(OP_CUPOOL)
         PAIR_CASE(OP_CUPOOL_KEYS)
+        PAIR_CASE(OP_HAND_CTX)
+        PAIR_CASE(OP_HAND_NULL)
         PAIR_CASE(OP_FLOOR_CTX)
         PAIR_CASE(OP_FLOOR_NULL)
         PAIR_CASE(OP_FLOOR_KEYS)
@@ -1063,6 +1131,15 @@ static void *pair_thread(void *arg)
         WCHECK(d.cuStreamCreateWithPriority(&j->fs, SFLAGS, 0));
         j->stack[0] = j->fs;
         j->count = 1;
+    } else if (j->op == OP_HAND_CTX || j->op == OP_HAND_NULL) {
+        hpool_tl = calloc(1, sizeof *hpool_tl);
+        if (!hpool_tl)
+            wl_fail("calloc", CUDA_ERROR_OUT_OF_MEMORY, NULL);
+        WCHECK(d.cuStreamCreateWithPriority(&j->fs, SFLAGS, 0));
+        for (int k = 0; k < 16; k++) {
+            hpool_tl->recs[k].handle = j->fs;
+            hpool_tl->items[hpool_tl->count++] = &hpool_tl->recs[k];
+        }
     }
     {
         CUresult r = pairs(j, 1000, 0); /* warm: this thread's magazines are loaded */
@@ -1083,6 +1160,8 @@ out:
         if (r != CUDA_SUCCESS)
             wl_fail("cuStreamDestroy (floor stream)", r, NULL);
     }
+    free(hpool_tl);
+    hpool_tl = NULL;
     for (int k = 0; j->op == OP_FLOOR_KEYS && k < j->nkeys && k < 16; k++)
         if (j->stack[k]) {
             CUresult r = d.cuStreamDestroy((CUstream)j->stack[k]);
@@ -1649,18 +1728,24 @@ static void wl_explicit(void)
         const char *name;
         enum op op, fop;
         const char *floor;
-    } v[5] = {
+    } v[7] = {
         {"pool", OP_POOL, OP_FLOOR_CTX, "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
+        /* the least a library pool with an ownership check does (hand_acquire) */
+        {"by hand: pool", OP_HAND_CTX, OP_FLOOR_CTX,
+         "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
         /* what the checked pair is made of: the check-free pair and the same two calls */
         {"pool-promised + the calls inline", OP_PROMISED_CALLS, OP_FLOOR_CTX,
          "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
         {"current-context", OP_CUPOOL, OP_FLOOR_NULL,
          "cuCtxGetId(NULL) + cuStreamIsCapturing + pop/push"},
+        {"by hand: current-context", OP_HAND_NULL, OP_FLOOR_NULL,
+         "cuCtxGetId(NULL) + cuStreamIsCapturing + pop/push"},
         {"pool-promised stream", OP_PROMISED, OP_FLOOR_LOCAL, "thread-local pop/push"},
         {"pool-promised event", OP_EVENT_PROMISED, OP_FLOOR_LOCAL, "thread-local pop/push"},
     };
     static const int threads[2] = {1, 16};
-    for (int i = 0; i < 5; i++)
+    WCHECK(d.cuCtxGetId(ctx, &hpool_ctx_id));
+    for (int i = 0; i < 7; i++)
         for (int t = 0; t < 2; t++) {
             long n = iters(threads[t] == 1 ? 1000000 : 250000);
             struct row *row = row_new(W_EXPLICIT, "pair", "%s, %d thread%s", v[i].name,
@@ -1671,6 +1756,7 @@ static void wl_explicit(void)
             snprintf(row->floor, sizeof row->floor, "%s", v[i].floor);
             pairs_vs_floor(row, v[i].op, NULL, 0, v[i].fop, NULL, 0, threads[t], n);
         }
+out:;
 }
 
 /* ---- service mix ---- */
@@ -2125,6 +2211,47 @@ static void *local_thread(void *arg)
     return NULL;
 }
 
+/* The measured phase's request-thread creates, as they happen: a thread that samples the
+ * maintenance statistics every millisecond and, at each rise, prints (on stderr) when it came
+ * and each class's handles in use and idle then, so an episode can be told apart (which kind,
+ * at what demand against the class's high-water mark). */
+struct mix_watch {
+    pthread_t t;
+    uint64_t t0;
+    _Atomic int stop;
+    int episodes;
+};
+
+static void *mix_watch_thread(void *arg)
+{
+    struct mix_watch *w = arg;
+    uint64_t seen = UINT64_MAX;
+    cupool_class_stats_t st[8];
+    while (!atomic_load_explicit(&w->stop, memory_order_acquire)) {
+        cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
+        if (cupool_maintenance_stats_get(&m) != CUDA_SUCCESS)
+            break;
+        if (seen != UINT64_MAX && m.request_creates != seen && w->episodes++ < 16) {
+            size_t n = 0;
+            st[0] = (cupool_class_stats_t)CUPOOL_CLASS_STATS_INIT;
+            fprintf(stderr, "  service-mix: +%llu request-thread creates at %.1f ms:",
+                    (unsigned long long)(m.request_creates - seen),
+                    (double)(mono_ns() - w->t0) / 1e6);
+            if (cupool_stats_get(st, 8, &n) == CUDA_SUCCESS)
+                for (size_t i = 0; i < n && i < 8; i++)
+                    fprintf(stderr, " [%s flags %u: in use %llu, idle %llu, high water %llu]",
+                            st[i].kind == CUPOOL_KIND_STREAM ? "stream" : "event", st[i].flags,
+                            (unsigned long long)st[i].in_use, (unsigned long long)st[i].idle,
+                            (unsigned long long)st[i].high_water);
+            fputc('\n', stderr);
+        }
+        seen = m.request_creates;
+        struct timespec nap = {0, 1000000};
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
 static void wl_mix(void)
 {
     long warm = iters(2000), n = iters(20000);
@@ -2184,12 +2311,21 @@ static void wl_mix(void)
     counts_now(&c0);
     cupool_graph_stats_t g0 = CUPOOL_GRAPH_STATS_INIT, g1 = CUPOOL_GRAPH_STATS_INIT;
     MCHECK(cupool_graph_stats_get(&g0));
+    struct mix_watch watch = {.t0 = mono_ns()};
+    if (!mix_hand)
+        spawn(&watch.t, mix_watch_thread, &watch);
     pthread_barrier_wait(&mix_b_go);
     uint64_t t0 = mono_ns();
     for (int i = 0; i < MIX_THREADS; i++)
         pthread_join(q[i].t, NULL);
     mix_wait_done(warmed + (long)MIX_THREADS * n);
     uint64_t t1 = mono_ns();
+    if (!mix_hand) {
+        atomic_store_explicit(&watch.stop, 1, memory_order_release);
+        pthread_join(watch.t, NULL);
+        if (watch.episodes)
+            fprintf(stderr, "  service-mix: measured phase %.1f ms\n", (double)(t1 - t0) / 1e6);
+    }
     struct row *row = row_new(W_MIX, "acquire or release", "%s, S=%d, %d request threads",
                               mix_hand ? (mix_hand_checked ? "by hand checked" : "by hand")
                                        : mix_promised ? "promised" : "checked",
@@ -2341,6 +2477,9 @@ static void key_figures(void)
     for (int i = 0; i < nrows; i++)
         if (rows[i].wl == W_EXPLICIT && !strncmp(rows[i].name, "pool-promised +", 15))
             continue; /* what the checked pair is made of: no target of its own */
+        else if (rows[i].wl == W_EXPLICIT && !strncmp(rows[i].name, "by hand: ", 9))
+            key_add(rows[i].ns / rows[i].floor_ns, "x", -1,
+                    "explicit %s / its floor (no target)", rows[i].name);
         else if (rows[i].wl == W_EXPLICIT && (!strncmp(rows[i].name, "pool,", 5) ||
                                          !strncmp(rows[i].name, "current-context", 15)))
             key_add(rows[i].ns / rows[i].floor_ns, "x", 1.15, "explicit %s / its floor",
@@ -2348,6 +2487,17 @@ static void key_figures(void)
         else if (rows[i].wl == W_EXPLICIT)
             key_add(rows[i].ns / rows[i].floor_ns, "x", 3, "explicit %s / pop+push (aim)",
                     rows[i].name);
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 2; k++) {
+            /* cupool's pairs against the hand-written pool's, in the same run */
+            char a[48], b[64];
+            snprintf(a, sizeof a, "%s, %s", k ? "current-context" : "pool",
+                     t ? "16 threads" : "1 thread");
+            snprintf(b, sizeof b, "by hand: %s", a);
+            const struct row *c = find_row(W_EXPLICIT, a, 0), *h = find_row(W_EXPLICIT, b, 0);
+            if (c && h && h->ns > 0)
+                key_add(c->ns / h->ns, "x", -1, "explicit %s / the same by hand", a);
+        }
     for (int t = 0; t < 2; t++) {
         /* the checked pair against its parts: the check-free pair and the two calls inline */
         const struct row *c = find_row(W_EXPLICIT, t ? "pool, 16 threads" : "pool, 1 thread", 0);
