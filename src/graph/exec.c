@@ -59,10 +59,10 @@ static void memcpy_params(const struct pnode *n, CUDA_MEMCPY3D *cp)
     cp->Height = cp->Depth = 1;
 }
 
-bool cupool__argv_room(struct cupool_pipeline *p)
+bool cupool__argv_room_grow(struct cupool_pipeline *p)
 {
     size_t need = p->max_params ? p->max_params : 1;
-    return CUPOOL_LIKELY(p->argvcap >= need) || GROW(p->argv, p->argvcap, need);
+    return p->argvcap >= need || GROW(p->argv, p->argvcap, need);
 }
 
 /* Builds the template graph of an entry from the pipeline. Not under the cache lock. */
@@ -494,7 +494,8 @@ bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeli
     *compared = 0;
     *patched = false;
     bool last_own = x->snap_owner == p && x->snap_gen == p->gen;
-    /* this exec last ran exactly this description: nothing to compare */
+    /* this exec last ran exactly this description: nothing to compare (cache_launch looks
+     * first, inline) */
     if (last_own && !dirty) {
         *unchanged = true;
         return true;
@@ -534,17 +535,15 @@ bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeli
     return r == CUDA_SUCCESS;
 }
 
-/* The launch consumed the description's marks: it is the last launch's from now on. */
-void cupool__refill_launched(struct cupool_pipeline *p, bool dirty)
+/* cupool__refill_launched's part for a description that differed from the last launch's:
+ * a new generation, the marks cleared. */
+void cupool__refill_consumed(struct cupool_pipeline *p)
 {
-    if (dirty) {
-        p->gen++;
-        if (p->nchg)
-            memset(p->chg, 0, p->chgcap * sizeof(*p->chg));
-        p->nchg = 0;
-        p->all_dirty = false;
-    }
-    p->hw = p->n;
+    p->gen++;
+    if (p->nchg)
+        memset(p->chg, 0, p->chgcap * sizeof(*p->chg));
+    p->nchg = 0;
+    p->all_dirty = false;
 }
 
 /* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order
@@ -613,14 +612,14 @@ static bool graphs_supported_now(void)
            cupool__drv.cuGraphEventRecordNodeSetEvent && cupool__drv.cuGraphEventWaitNodeSetEvent;
 }
 
-/* The driver table is fixed once the library runs: look once. */
-bool cupool__graphs_supported(void)
+/* The driver table is fixed once the library runs: look once (cupool__graphs_supported). */
+_Atomic int cupool__graphs_known;
+bool cupool__graphs_supported_slow(void)
 {
-    static _Atomic int known; /* 0 unknown, 1 no, 2 yes */
-    int k = atomic_load_explicit(&known, CUPOOL_RELAXED);
+    int k = atomic_load_explicit(&cupool__graphs_known, CUPOOL_RELAXED);
     if (CUPOOL_UNLIKELY(k == 0)) {
         k = graphs_supported_now() ? 2 : 1;
-        atomic_store_explicit(&known, k, CUPOOL_RELAXED);
+        atomic_store_explicit(&cupool__graphs_known, k, CUPOOL_RELAXED);
     }
     return k == 2;
 }

@@ -349,7 +349,14 @@ void cupool__objects_destroy(CUgraphExec exec, CUgraph graph, CUevent done, CUco
                              unsigned long long ctx_id);
 
 /* graph/exec.c */
-bool cupool__argv_room(struct cupool_pipeline *p);
+bool cupool__argv_room_grow(struct cupool_pipeline *p);
+/* Room in p->argv for the largest node's parameter pointers (grown when short); false: no
+ * memory. */
+static inline bool cupool__argv_room(struct cupool_pipeline *p)
+{
+    size_t need = p->max_params ? p->max_params : 1;
+    return CUPOOL_LIKELY(p->argvcap >= need) || cupool__argv_room_grow(p);
+}
 CUresult cupool__clone_take_params(const struct gentry *e, const struct gexec *x,
                                    struct cupool_pipeline *p);
 CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s);
@@ -363,8 +370,23 @@ struct gexec *cupool__exec_pick(struct gentry *e, CUstream stream);
 bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool dirty,
                          bool same, uint64_t *updated, bool *unchanged, bool *patched,
                          uint64_t *compared);
-bool cupool__graphs_supported(void);
-void cupool__refill_launched(struct cupool_pipeline *p, bool dirty);
+bool cupool__graphs_supported_slow(void);
+extern _Atomic int cupool__graphs_known; /* 0 unknown, 1 no, 2 yes */
+/* Does the driver table hold every entry point pipelines need? Looked at once: the table is
+ * fixed once the library runs. */
+static inline bool cupool__graphs_supported(void)
+{
+    return CUPOOL_LIKELY(atomic_load_explicit(&cupool__graphs_known, CUPOOL_RELAXED) == 2) ||
+           cupool__graphs_supported_slow();
+}
+void cupool__refill_consumed(struct cupool_pipeline *p);
+/* The launch consumed the description's marks: it is the last launch's from now on. */
+static inline void cupool__refill_launched(struct cupool_pipeline *p, bool dirty)
+{
+    if (dirty)
+        cupool__refill_consumed(p);
+    p->hw = p->n;
+}
 CUresult cupool__template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **nodes);
 
 /* graph/gate.c */

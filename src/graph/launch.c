@@ -220,10 +220,33 @@ static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
 
 /* Releases an exec after a launch: it stays in its entry (keep) or is dropped; and the
  * entry, when the launch pinned it (entry_claim; fast_claim does not). */
-static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
-                      bool launched, bool recorded, bool pinned)
+static void exec_drop(struct gentry *e, struct gexec *x, CUstream stream, bool launched,
+                      bool recorded, bool pinned);
+
+static inline void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream stream,
+                             bool launched, bool recorded, bool pinned)
 {
-    if (!keep && x->exec) {
+    if (CUPOOL_LIKELY(keep)) {
+        /* the next picker reads these after seeing busy clear (release / acquire) */
+        x->launched = launched || x->launched;
+        if (launched)
+            x->last_stream = stream;
+        x->done_valid = recorded;
+        exec_disown(x);
+        if (pinned)
+            atomic_fetch_sub(&e->busy, 1);
+        return;
+    }
+    exec_drop(e, x, stream, launched, recorded, pinned);
+}
+
+/* exec_done's exec that is not kept: dropped from its entry and freed (to the graveyard while
+ * its launch may run). */
+static __attribute__((noinline)) void exec_drop(struct gentry *e, struct gexec *x,
+                                                CUstream stream, bool launched, bool recorded,
+                                                bool pinned)
+{
+    if (x->exec) {
         /* dropped with its launch queued: record its completion so the graveyard knows when
          * to destroy it */
         if (launched && !recorded) {
@@ -235,17 +258,6 @@ static void exec_done(struct gentry *e, struct gexec *x, bool keep, CUstream str
             gate_leave(gate);
         }
         x->done_valid = launched ? recorded : x->done_valid;
-    }
-    if (keep) {
-        /* the next picker reads these after seeing busy clear (release / acquire) */
-        x->launched = launched || x->launched;
-        if (launched)
-            x->last_stream = stream;
-        x->done_valid = recorded;
-        exec_disown(x);
-        if (pinned)
-            atomic_fetch_sub(&e->busy, 1);
-        return;
     }
     pthread_mutex_lock(&cupool__cache_lock);
     for (int i = 0; i < e->nexecs; i++)
@@ -503,8 +515,12 @@ static CUresult cache_launch(struct launch_src *s, CUstream stream)
         s->inst++;
     }
     if (s->p) {
-        if (!cupool__exec_update(e, x, s->p, s->dirty, s->same, &s->updated, &s->unchanged,
-                                 &s->patched, &s->compared)) {
+        /* an exec that last ran exactly this description needs no comparison: looked at here,
+         * without the call, as every repeat launch of an unchanged pipeline does */
+        if (!s->dirty && x->snap_owner == s->p && x->snap_gen == s->p->gen)
+            s->unchanged = true;
+        else if (!cupool__exec_update(e, x, s->p, s->dirty, s->same, &s->updated,
+                                      &s->unchanged, &s->patched, &s->compared)) {
             s->failures++;
             r = exec_rebuild(s, e, x);
         }
