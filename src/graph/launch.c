@@ -469,7 +469,8 @@ static CUresult exec_recapture(struct launch_src *s, struct gexec *x)
  * goes node by node); give the exec back, keeping it if it may serve again, and remember it
  * in the thread's hints.
  */
-static CUresult cache_launch(struct launch_src *s, CUstream stream)
+static inline __attribute__((always_inline)) CUresult cache_launch(struct launch_src *s,
+                                                                 CUstream stream)
 {
     CUresult r = CUDA_SUCCESS;
     struct gexec *x;
@@ -587,10 +588,12 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         return cupool__eager_launch(p, stream);
     }
     /* the current context: the graphs of a reset or another context are never touched */
-    struct launch_src s = {.p = p};
-    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &s.ctx_id));
+    unsigned long long ctx_id = 0;
+    r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
+    /* made after the call, which sees only ctx_id: no store to it is kept for the driver */
+    struct launch_src s = {.p = p, .ctx_id = ctx_id};
     /* the signature: reused when the description kept the last launch's structure */
     s.same = !p->sig_dirty && p->sigpos == p->last_nsig && p->n == p->last_n;
     if (!s.same) {
