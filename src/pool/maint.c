@@ -45,6 +45,8 @@ static _Atomic uint64_t flush_asked, flush_done;
 /* Set while the thread looks again within a millisecond (a class keeps a reserve to fill):
  * a nudge then needs no wake-up. */
 static _Atomic bool maint_polling;
+/* Set while it looks at the graveyard again within a millisecond (cupool__maint_graves_polling). */
+static _Atomic bool maint_graves_polling;
 /* When the thread wakes next at the latest (monotonic ns; UINT64_MAX while it works). */
 static _Atomic uint64_t maint_wake_at = UINT64_MAX;
 /* When the thread tries a deferred reclamation again (monotonic ns; UINT64_MAX: none asked):
@@ -108,13 +110,17 @@ static void *maint_main(void *arg)
         if ((want & CUPOOL_MAINT_POOLS) || tick || now >= next_pools) {
             uint64_t d = cupool__pools_maintain();
             atomic_store_explicit(&maint_polling, d <= 1000000u, CUPOOL_RELAXED);
-            next_pools = d == UINT64_MAX ? UINT64_MAX : cupool__monotonic_ns() + d;
+            uint64_t at = cupool__monotonic_ns();
+            /* saturated: a wait past the clock's end is no deadline at all */
+            next_pools = d >= UINT64_MAX - at ? UINT64_MAX : at + d;
         }
         if ((want & CUPOOL_MAINT_GRAVES) || now >= next_graves) {
             atomic_fetch_add_explicit(&cupool__maint_graph_reaps, 1, CUPOOL_RELAXED);
             /* graves waiting for their launches: look again in a millisecond */
             next_graves = cupool__layers_maintain() ? cupool__monotonic_ns() + 1000000u
                                                           : UINT64_MAX;
+            atomic_store_explicit(&maint_graves_polling, next_graves != UINT64_MAX,
+                                  CUPOOL_RELAXED);
         }
         if (now >= reclaim_at) {
             /* outside any read section of its own, holding no lock: as a request thread on
@@ -251,6 +257,11 @@ bool cupool__maint_flush(uint64_t timeout_ns)
 bool cupool__maint_polling(void)
 {
     return atomic_load_explicit(&maint_polling, CUPOOL_RELAXED);
+}
+
+bool cupool__maint_graves_polling(void)
+{
+    return atomic_load_explicit(&maint_graves_polling, CUPOOL_RELAXED);
 }
 
 void cupool__maint_forget(void)

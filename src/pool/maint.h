@@ -87,6 +87,9 @@ bool cupool__maint_flush(uint64_t timeout_ns);
 /* Whether the thread's last round asked to look again within a millisecond (a reserve to
  * fill). For tests: an idle process must not keep it polling. */
 bool cupool__maint_polling(void);
+/* Whether the thread's last round left it looking at the graveyard again within a
+ * millisecond (graves whose launches it waits for). For tests: as above. */
+bool cupool__maint_graves_polling(void);
 
 /* True on the maintenance thread. */
 extern CUPOOL_TLS_IE bool cupool__maint_self;

@@ -357,6 +357,25 @@ START_TEST(without_headroom_a_fluctuation_creates_on_the_request_thread)
 }
 END_TEST
 
+/* A process that has made no class yet (pipelines only, say) and whose maintenance thread
+ * was started sleeps until it is asked for something. With no class, the wait until the next
+ * class's decay tick wrapped around the clock: the thread went round without pause, at full
+ * CPU, and a flush never found it idle. */
+START_TEST(with_no_class_the_thread_sleeps)
+{
+    tu_setup();
+    size_t n = 1;
+    TU_OK(cupool_stats_get(NULL, 0, &n));
+    ck_assert_uint_eq(n, 0);
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* starts it; a round, then idle */
+    uint64_t w0 = mstats().wakeups;
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    /* the flush's own round, and at most one begun before it */
+    ck_assert_uint_le(mstats().wakeups - w0, 2);
+    ck_assert(!cupool__maint_polling());
+}
+END_TEST
+
 START_TEST(no_thread_without_background)
 {
     setenv("CUPOOL_BACKGROUND", "0", 1);
@@ -485,6 +504,7 @@ int main(void)
     tcase_add_test(tc, headroom_absorbs_a_fluctuation_off_request_threads);
     tcase_add_test(tc, without_headroom_a_fluctuation_creates_on_the_request_thread);
     tcase_add_test(tc, steady_holders_keep_no_headroom_and_leave_the_thread_asleep);
+    tcase_add_test(tc, with_no_class_the_thread_sleeps);
     tcase_add_test(tc, no_thread_without_background);
     tcase_add_test(tc, forked_child_has_no_maintenance_thread);
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
