@@ -180,16 +180,17 @@ void cupool__graves_reap(bool all)
 
 
 
+/* The maintenance thread's look at the graveyard. True while graves it can see the end of
+ * remain (cupool__graves_due: an event to query, or ready): it looks again in a millisecond.
+ * Graves without an event wait for a trim, or for enough of them to be destroyed blind;
+ * looking every millisecond would not bring them closer, so they keep no watch. */
 bool cupool__graph_graves_maintain(void)
 {
     atomic_store(&cupool__graves_watched, true);
     pthread_mutex_lock(&cupool__maint_unit); /* cupool_context_release waits for it */
     cupool__graves_reap(false);
     pthread_mutex_unlock(&cupool__maint_unit);
-    pthread_mutex_lock(&cupool__cache_lock);
-    bool more = ngraves > 0;
-    pthread_mutex_unlock(&cupool__cache_lock);
-    if (more)
+    if (atomic_load(&cupool__graves_due) > 0)
         return true;
     atomic_store(&cupool__graves_watched, false);
     /* a grave buried since the look above saw the watch still on and did not kick */

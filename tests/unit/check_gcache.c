@@ -13,6 +13,7 @@
 
 #include "graph/graph_impl.h"
 #include "graph/graveyard.h"
+#include "pool/maint.h"
 
 static struct tu_pipeline_fixture fx;
 
@@ -161,6 +162,40 @@ START_TEST(an_evicted_running_exec_waits_in_the_graveyard)
 }
 END_TEST
 
+/* A grave the maintenance thread cannot see the end of (an exec evicted with no completion
+ * event recorded: it waits for a trim, or for more such graves) does not keep the thread
+ * looking at the graveyard every millisecond once the graves it can see the end of are gone.
+ * It did: one such grave kept an idle process's maintenance thread waking 1000 times a
+ * second for as long as it lived. */
+START_TEST(a_grave_without_an_event_leaves_the_thread_asleep)
+{
+    ck_assert_msg(tu_fake.present, "simulated driver expected");
+    /* the one-stream entry of `blind`, evicted by three others: its template graph is buried
+     * ready to go (the launch that evicted it kicks the thread to watch the graveyard), its
+     * exec without a completion event (nothing says when its launch ends) */
+    cupool_pipeline_t blind = pipeline_of(1), p[3];
+    TU_OK(cupool_pipeline_launch(blind, fx.s));
+    int live = tu_fake.live_execs();
+    for (int i = 0; i < 3; i++) {
+        p[i] = pipeline_of(i + 2);
+        TU_OK(cupool_pipeline_launch(p[i], fx.s));
+    }
+    ck_assert(!cached(blind));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
+    ck_assert(cupool__maint_flush(10ull * 1000000000ull));
+    ck_assert(cupool__maint_flush(10ull * 1000000000ull)); /* a round after the reap */
+    ck_assert_int_eq(atomic_load(&cupool__graves_due), 0);
+    ck_assert_int_ge(tu_fake.live_execs(), live + 3); /* blind's exec waits, buried */
+    ck_assert_msg(!cupool__maint_graves_polling(),
+                  "the maintenance thread keeps looking at a grave it cannot see the end of");
+    TU_OK(cupool_trim()); /* destroys it */
+    ck_assert_int_eq(tu_fake.live_execs(), 0);
+    cupool_pipeline_destroy(blind);
+    for (int i = 0; i < 3; i++)
+        cupool_pipeline_destroy(p[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("graph cache");
@@ -170,6 +205,7 @@ int main(void)
     tcase_add_test(tc, the_bound_evicts_the_least_recently_launched);
     tcase_add_test(tc, an_eviction_makes_the_next_claim_take_the_lock);
     tcase_add_test(tc, an_evicted_running_exec_waits_in_the_graveyard);
+    tcase_add_test(tc, a_grave_without_an_event_leaves_the_thread_asleep);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
