@@ -270,6 +270,20 @@ static inline CUresult pool_release(const void *pool, const struct cupool__class
     return cupool__release_of(ops, cls, h, idle_state);
 }
 
+__attribute__((noinline)) CUresult cupool__pool_release_lookup(const void *pool,
+                                                              const struct cupool__class_ops *ops,
+                                                              uintptr_t tag, void *h,
+                                                              uint32_t idle_state)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    if (CUPOOL_LIKELY(tc != NULL && ((uintptr_t)pool & 0xfu) == tag)) {
+        struct cupool__handle *rec = cupool__reg_read(tc, h);
+        if (rec != NULL && pool_push_matched(tc, rec, (uintptr_t)pool, h, idle_state))
+            return CUDA_SUCCESS;
+    }
+    return pool_release(pool, ops, h, idle_state);
+}
+
 __attribute__((noinline)) CUresult cupool__pool_release_general(const void *pool,
                                                                const struct cupool__class_ops *ops,
                                                                void *h, uint32_t idle_state)

@@ -331,19 +331,15 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
     return CUDA_SUCCESS;
 }
 
-/* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
- * matched by one compare of the record's pool word (its kind, index and gen) against the pool
- * value (see pool_acquire_hit): no read section, no load from the class. A leaf; anything else
- * tail-calls the general way. */
-__attribute__((always_inline)) static inline CUresult
-pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
-                 uint32_t idle_state)
+/* Pushes rec, found for h, onto this thread's magazine when its pool word names the class
+ * of pool value v (see pool_acquire_hit), it is owned, and the magazine has room; false
+ * otherwise (nothing changed). */
+__attribute__((always_inline)) static inline bool
+pool_push_matched(struct cupool__tcache *tc, struct cupool__handle *rec, uintptr_t v, void *h,
+                  uint32_t idle_state)
 {
-    uintptr_t v = (uintptr_t)pool;
-    struct cupool__tcache *tc = cupool__tl;
-    struct cupool__handle *rec = tc ? tc->last : NULL;
-    if (CUPOOL_LIKELY(rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
-                      rec->pool_word == (v | POOL_PROMISED) && (v & 0xfu) == tag &&
+    if (CUPOOL_LIKELY(atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
+                      rec->pool_word == (v | POOL_PROMISED) &&
                       cupool__state_now() == CUPOOL_ST_RUNNING &&
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
                       rec->index < CUPOOL_SLOTS_PER_CHUNK)) {
@@ -355,9 +351,33 @@ pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
             s->loaded->items[n].handle = h;
             s->count = n + 1;
             cupool__counter_inc(&s->releases);
-            return CUDA_SUCCESS;
+            return true;
         }
     }
+    return false;
+}
+
+/* pool_release_hit's handle when it is not the thread's last acquired one (a release on
+ * another thread than the acquire's, as a completion thread's): a registry lookup, then the
+ * same match and push; the general way otherwise (pool/api.c). */
+CUresult cupool__pool_release_lookup(const void *pool, const struct cupool__class_ops *ops,
+                                     uintptr_t tag, void *h, uint32_t idle_state);
+
+/* The explicit-pool release of the thread's last acquired handle onto a magazine with room,
+ * matched by one compare of the record's pool word (its kind, index and gen) against the pool
+ * value (see pool_acquire_hit): no read section, no load from the class. A leaf; another
+ * handle tail-calls the lookup, anything else the general way. */
+__attribute__((always_inline)) static inline CUresult
+pool_release_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void *h,
+                 uint32_t idle_state)
+{
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__handle *rec = tc ? tc->last : NULL;
+    if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
+        return cupool__pool_release_lookup(pool, ops, tag, h, idle_state);
+    if (CUPOOL_LIKELY((v & 0xfu) == tag && pool_push_matched(tc, rec, v, h, idle_state)))
+        return CUDA_SUCCESS;
     return cupool__pool_release_general(pool, ops, h, idle_state);
 }
 
