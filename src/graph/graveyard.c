@@ -36,16 +36,19 @@ _Atomic int cupool__graves_due; /* graves a launch may reap now (read without th
 /* the maintenance thread looks at the graveyard until it is empty (set by the launch that
  * kicked it; cleared by the thread once it found no grave left) */
 _Atomic bool cupool__graves_watched;
+void (*cupool__graves_kicked_hook)(void);
 
 static bool grave_blind(const struct grave *g)
 {
     return !g->ready && !g->done_valid;
 }
 
+/* Sequentially consistent: the count and the watch are the two sides of a handshake
+ * (cupool__graves_watched). */
 static void graves_count(void)
 {
     int due = ngraves - nblind + (nblind > GRAVES_BLIND_MAX ? nblind : 0);
-    atomic_store_explicit(&cupool__graves_due, due, CUPOOL_RELAXED);
+    atomic_store(&cupool__graves_due, due);
 }
 
 /* Destroys what it can of g's objects, clearing each one the driver destroyed; true when

@@ -6,7 +6,13 @@
 #include "graph/graph_impl.h"
 
 extern _Atomic int cupool__graves_due;      /* graves waiting for a reap */
-extern _Atomic bool cupool__graves_watched; /* the maintenance thread watches them */
+/* The maintenance thread watches the graveyard: set (by exchange, sequentially consistent) by
+ * the launch that kicks the thread, before the kick; cleared by the thread once no grave it
+ * can see the end of is left, after which it looks at cupool__graves_due once more (the
+ * handshake: a launch that buried a grave either kicks or leaves it to that look). */
+extern _Atomic bool cupool__graves_watched;
+/* Test hook: called after a launch's kick of the thread for graves (NULL: none). */
+extern void (*cupool__graves_kicked_hook)(void);
 /* Destroys the graves whose work has finished (all: every one, at close). */
 void cupool__graves_reap(bool all);
 
@@ -17,13 +23,19 @@ static inline void graves_maybe_reap(void)
     static CUPOOL_TLS_IE unsigned tick;
     if (CUPOOL_LIKELY(atomic_load_explicit(&cupool__graves_due, CUPOOL_RELAXED) <= 0))
         return;
-    /* the thread watches the graveyard until it is empty: one kick, not one per launch */
-    if (atomic_load_explicit(&cupool__graves_watched, CUPOOL_RELAXED))
+    /* the thread watches the graveyard until no grave it can see the end of is left: one
+     * kick, not one per launch. The watch is set before the kick: set after it, a whole round
+     * of the thread (the reap, the watch cleared) could end in between, and the late store
+     * then left the watch on with nobody watching, for good. */
+    if (atomic_load_explicit(&cupool__graves_watched, CUPOOL_RELAXED) ||
+        atomic_exchange(&cupool__graves_watched, true))
         return;
     if (cupool__maint_kick(CUPOOL_MAINT_GRAVES)) {
-        atomic_store_explicit(&cupool__graves_watched, true, CUPOOL_RELAXED);
+        if (CUPOOL_UNLIKELY(cupool__graves_kicked_hook != NULL))
+            cupool__graves_kicked_hook();
         return;
     }
+    atomic_store(&cupool__graves_watched, false); /* no thread: this launch reaps, now and then */
     if ((++tick & 15) == 0)
         cupool__graves_reap(false);
 }

@@ -10,6 +10,7 @@
 
 #include "common/testutil.h"
 #include <stdlib.h>
+#include <time.h>
 
 #include "graph/graph_impl.h"
 #include "graph/graveyard.h"
@@ -196,6 +197,58 @@ START_TEST(a_grave_without_an_event_leaves_the_thread_asleep)
 }
 END_TEST
 
+/* The graveyard's watch and the launch that kicks the thread: however the thread's round
+ * falls against that launch, a grave buried later is reaped without anyone asking. The kick
+ * used to be followed by the store of the watch: a whole round of the thread in between (the
+ * reap, the watch cleared) left the watch on with nobody watching, and from then on no launch
+ * kicked the thread and no grave was reaped again. The hook below makes that round happen
+ * between the kick and the launch's return. */
+static uint64_t reaps_before;
+static void wait_for_a_whole_round(void)
+{
+    for (int i = 0; i < 10000; i++) { /* at most 10 s */
+        cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
+        TU_OK(cupool_maintenance_stats_get(&m));
+        if (m.graph_reaps != reaps_before && !atomic_load(&cupool__graves_watched) &&
+            atomic_load(&cupool__graves_due) == 0)
+            return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+START_TEST(a_grave_after_a_kick_is_reaped_however_the_round_falls)
+{
+    cupool_pipeline_t p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = pipeline_of(i + 1);
+    for (int i = 0; i < 3; i++) /* the cache's three entries */
+        TU_OK(cupool_pipeline_launch(p[i], fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
+    ck_assert(cupool__maint_flush(10ull * 1000000000ull)); /* the thread runs, idle */
+    cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
+    TU_OK(cupool_maintenance_stats_get(&m));
+    reaps_before = m.graph_reaps;
+    /* p[3] evicts an entry and buries its template, ready: the launch kicks the thread, which
+     * reaps it and clears the watch before the launch returns */
+    cupool__graves_kicked_hook = wait_for_a_whole_round;
+    TU_OK(cupool_pipeline_launch(p[3], fx.s));
+    cupool__graves_kicked_hook = NULL;
+    /* p[0] evicts another: its grave must be reaped with no further help */
+    TU_OK(cupool_pipeline_launch(p[0], fx.s));
+    TU_OK(tu.cuStreamSynchronize(fx.s));
+    int due = 1;
+    for (int i = 0; i < 10000 && (due = atomic_load(&cupool__graves_due)) > 0; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    ck_assert_msg(due == 0, "a grave waits with the watch on (%d) and nobody watching",
+                  (int)atomic_load(&cupool__graves_watched));
+    for (int i = 0; i < 4; i++)
+        cupool_pipeline_destroy(p[i]);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("graph cache");
@@ -206,6 +259,7 @@ int main(void)
     tcase_add_test(tc, an_eviction_makes_the_next_claim_take_the_lock);
     tcase_add_test(tc, an_evicted_running_exec_waits_in_the_graveyard);
     tcase_add_test(tc, a_grave_without_an_event_leaves_the_thread_asleep);
+    tcase_add_test(tc, a_grave_after_a_kick_is_reaped_however_the_round_falls);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
