@@ -347,6 +347,60 @@ START_TEST(explicit_pools)
 }
 END_TEST
 
+/* A release through an explicit pool of a handle other than the thread's last acquired one
+ * (a completion thread's release) finds its record by lookup and matches it against the pool
+ * value: the right pool takes it back, onto the releasing thread's magazine; a wrong pool, the
+ * other kind's release, or a second release is refused and the handle stays the caller's. */
+struct other_thread_release {
+    cupool_stream_pool_t pool;
+    CUstream s;
+    CUresult r, again;
+    CUstream next;
+};
+
+static void *release_elsewhere(void *arg)
+{
+    struct other_thread_release *o = arg;
+    o->r = cupool_stream_pool_release(o->pool, o->s, CUPOOL_RELEASE_NOT_CAPTURING);
+    o->again = cupool_stream_pool_release(o->pool, o->s, CUPOOL_RELEASE_NOT_CAPTURING);
+    if (tu.cuCtxSetCurrent(tu_ctx) == CUDA_SUCCESS &&
+        cupool_stream_pool_acquire(o->pool, &o->next) == CUDA_SUCCESS)
+        (void)cupool_stream_pool_release(o->pool, o->next, CUPOOL_RELEASE_NOT_CAPTURING);
+    return NULL;
+}
+
+START_TEST(explicit_pool_release_of_a_handle_not_the_last)
+{
+    cupool_stream_pool_t p1, p3;
+    TU_OK(cupool_stream_pool_get(&p1, tu_ctx, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(cupool_stream_pool_get(&p3, tu_ctx, 0, 0));
+    CUstream s0, s1;
+    TU_OK(cupool_stream_pool_acquire(p1, &s0));
+    TU_OK(cupool_stream_pool_acquire(p1, &s1)); /* the last acquired: s0 is not */
+    TU_EQ(cupool_stream_pool_release(p3, s0, 0), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_msg(strstr(cupool_error_string(), "another pool") != NULL, "%s",
+                  cupool_error_string());
+    TU_EQ(cupool_event_pool_release((cupool_event_pool_t)p1, (CUevent)s0),
+          CUDA_ERROR_INVALID_VALUE);
+    TU_OK(cupool_stream_pool_release(p1, s0, CUPOOL_RELEASE_NOT_CAPTURING));
+    TU_EQ(cupool_stream_pool_release(p1, s0, CUPOOL_RELEASE_NOT_CAPTURING),
+          CUDA_ERROR_INVALID_HANDLE);
+    /* on another thread: taken back there, and handed out there next */
+    struct other_thread_release o = {.pool = p1, .s = s1};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, release_elsewhere, &o), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    TU_OK(o.r);
+    TU_EQ(o.again, CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_ptr_eq(o.next, s1);
+    /* s0 is still this thread's next */
+    CUstream again;
+    TU_OK(cupool_stream_pool_acquire(p1, &again));
+    ck_assert_ptr_eq(again, s0);
+    TU_OK(cupool_stream_pool_release(p1, again, CUPOOL_RELEASE_NOT_CAPTURING));
+}
+END_TEST
+
 /* ---- events ---- */
 
 START_TEST(event_acquire_record_release)
@@ -1008,6 +1062,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, stream_released_in_capture_is_never_reused);
     tcase_add_test(tc, stream_vouched_release_skips_check);
     tcase_add_test(tc, explicit_pools);
+    tcase_add_test(tc, explicit_pool_release_of_a_handle_not_the_last);
     tcase_add_test(tc, event_acquire_record_release);
     tcase_add_test(tc, event_bad_flags);
     tcase_add_test(tc, cross_thread_release);
