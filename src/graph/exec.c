@@ -484,22 +484,17 @@ static inline void snapshot_node(struct gexec *x, const struct cupool_pipeline *
 /* Updates the nodes of x that differ from the pipeline: only the nodes marked since the
  * pipeline's last launch when x ran that launch (tagged (p, p->gen)) and the structure is the
  * same, bringing the snapshot up to date as it goes (*patched); else every node, compared
- * with x's snapshot (which the caller then replaces). dirty: the description differs from
- * the last launch's. *compared: the nodes compared. Returns false if the driver refused. */
-bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool dirty,
-                         bool same, uint64_t *updated, bool *unchanged, bool *patched,
+ * with x's snapshot (which the caller then replaces). *compared: the nodes compared. Returns false if the driver refused. */
+bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool same,
+                         uint64_t *updated, bool *unchanged, bool *patched,
                          uint64_t *compared)
 {
     *updated = 0;
     *compared = 0;
     *patched = false;
+    /* x ran this pipeline's last launch; the caller ruled out that nothing changed since
+     * (cupool__exec_holds) */
     bool last_own = x->snap_owner == p && x->snap_gen == p->gen;
-    /* this exec last ran exactly this description: nothing to compare (cache_launch looks
-     * first, inline) */
-    if (last_own && !dirty) {
-        *unchanged = true;
-        return true;
-    }
     *unchanged = false;
     if (last_own && same && !p->all_dirty && p->alen == x->snap_alen) {
         /* x holds the last launch's parameters: only the marked nodes can differ */

@@ -367,8 +367,16 @@ CUresult cupool__exec_new(struct gentry *e, struct gexec **out);
 CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
                              struct gexec **out);
 struct gexec *cupool__exec_pick(struct gentry *e, CUstream stream);
-bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool dirty,
-                         bool same, uint64_t *updated, bool *unchanged, bool *patched,
+/* Does x hold exactly p's description already (it ran p's last launch, and p has not changed
+ * since)? Then a launch needs no comparison and no update: looked at inline before
+ * cupool__exec_update, which is called only when this is false. */
+static inline bool cupool__exec_holds(const struct gexec *x, const struct cupool_pipeline *p,
+                                      bool dirty)
+{
+    return !dirty && x->snap_owner == p && x->snap_gen == p->gen;
+}
+bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool same,
+                         uint64_t *updated, bool *unchanged, bool *patched,
                          uint64_t *compared);
 bool cupool__graphs_supported_slow(void);
 extern _Atomic int cupool__graphs_known; /* 0 unknown, 1 no, 2 yes */

@@ -516,12 +516,11 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
         s->inst++;
     }
     if (s->p) {
-        /* an exec that last ran exactly this description needs no comparison: looked at here,
-         * without the call, as every repeat launch of an unchanged pipeline does */
-        if (!s->dirty && x->snap_owner == s->p && x->snap_gen == s->p->gen)
+        /* every repeat launch of an unchanged pipeline: no call */
+        if (cupool__exec_holds(x, s->p, s->dirty))
             s->unchanged = true;
-        else if (!cupool__exec_update(e, x, s->p, s->dirty, s->same, &s->updated,
-                                      &s->unchanged, &s->patched, &s->compared)) {
+        else if (!cupool__exec_update(e, x, s->p, s->same, &s->updated, &s->unchanged,
+                                      &s->patched, &s->compared)) {
             s->failures++;
             r = exec_rebuild(s, e, x);
         }

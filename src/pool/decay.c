@@ -328,9 +328,7 @@ uint64_t cupool__pools_maintain(void)
     /* a class with a reserve is growing: its exchanges ask for refills without waking the
      * thread, which looks every millisecond until the reserves decay; otherwise the next
      * class's decay step is the next deadline (classes are made between the thread's ticks) */
-    /* no class: nothing is due (UINT64_MAX, not UINT64_MAX - now: the caller adds it to the
-     * clock) */
-    uint64_t wait = next_due == UINT64_MAX ? UINT64_MAX : next_due > now ? next_due - now : 0;
+    uint64_t wait = next_due > now ? next_due - now : 0; /* no class: past the clock's end */
     if (cupool__decay_clock != NULL)
         wait = UINT64_MAX; /* a test drives the clock: it flushes the thread itself */
     return reserves && wait > 1000000u ? 1000000u : wait;
