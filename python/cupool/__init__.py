@@ -76,6 +76,19 @@ def _remember(key, wrapper):
     return wrapper
 
 
+class _StreamValue:
+    """A stream value alone, in the CUDA stream protocol (what CuPy's Stream.from_external
+    reads): unlike a Stream, it stays valid after the release, as the cached wrapper does."""
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self._handle)
+
+
 def _handoff(framework, handle, device):
     if framework == "cupy":
         import cupy
@@ -84,10 +97,15 @@ def _handoff(framework, handle, device):
         key = ("cupy", handle, dev)
         w = _wrappers.get(key)
         if w is None:
-            try:
-                w = cupy.cuda.ExternalStream(handle, dev)
-            except TypeError:  # CuPy before device_id
-                w = cupy.cuda.ExternalStream(handle)
+            from_external = getattr(getattr(cupy.cuda, "Stream", None), "from_external", None)
+            if from_external is not None:  # CuPy 14 on: ExternalStream is deprecated
+                with cupy.cuda.Device(dev):
+                    w = from_external(_StreamValue(handle))
+            else:
+                try:
+                    w = cupy.cuda.ExternalStream(handle, dev)
+                except TypeError:  # CuPy before device_id
+                    w = cupy.cuda.ExternalStream(handle)
             _remember(key, w)
         return w
     if framework == "torch":

@@ -10,6 +10,7 @@ Exits 77 (SKIP) when no GPU answers or when none of the three frameworks can be 
 framework that imports and then fails is a failure. Prints what ran."""
 import ctypes
 import sys
+import warnings
 
 import cupool
 
@@ -30,7 +31,7 @@ def driver(name, version, restype, *argtypes):
 
 c_int, c_vp, c_u64, c_size = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t
 cuEventRecord = driver("cuEventRecord", 2000, c_int, c_vp, c_vp)
-cuStreamWaitEvent = driver("cuStreamWaitEvent", 2000, c_int, c_vp, c_vp, ctypes.c_uint)
+cuStreamWaitEvent = driver("cuStreamWaitEvent", 3020, c_int, c_vp, c_vp, ctypes.c_uint)
 cuStreamSynchronize = driver("cuStreamSynchronize", 2000, c_int, c_vp)
 cuMemcpyDtoH = driver("cuMemcpyDtoH", 3020, c_int, c_vp, c_u64, c_size)
 cuMemsetD32Async = driver("cuMemsetD32Async", 3020, c_int, c_u64, ctypes.c_uint, c_size, c_vp)
@@ -73,7 +74,14 @@ def run_cupy():
         with cupool.stream(cupool.STREAM_NON_BLOCKING) as a, \
                 cupool.stream(cupool.STREAM_NON_BLOCKING) as b, \
                 cupool.event(cupool.EVENT_DISABLE_TIMING) as e:
-            with a.as_cupy():
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                wa = a.as_cupy()
+            if seen:  # a deprecated way of wrapping (CuPy 14: ExternalStream)
+                raise AssertionError("cupy: as_cupy() warned: %s" % seen[0].message)
+            if wa.ptr != a.handle:
+                raise AssertionError("cupy wrapped 0x%x as 0x%x" % (a.handle, wa.ptr))
+            with wa:
                 cupy.multiply(x, float(i + 1), out=y)
             ok(cuEventRecord(e.handle, a.handle), "cuEventRecord")
             ok(cuStreamWaitEvent(b.handle, e.handle, 0), "cuStreamWaitEvent")

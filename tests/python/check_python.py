@@ -352,6 +352,37 @@ class Handoff(unittest.TestCase):
             s3.as_cupy()
         self.assertEqual(len(self.made), 4)
 
+    def test_cupy_from_external(self):
+        # CuPy 14 deprecates ExternalStream for Stream.from_external(an object in the CUDA
+        # stream protocol), read with the stream's device current
+        made, devices = self.made, []
+
+        class Stream:
+            @staticmethod
+            def from_external(obj):
+                made.append(obj.__cuda_stream__())
+                return types.SimpleNamespace(ptr=obj.__cuda_stream__()[1], device=devices[-1])
+
+        class Device:
+            def __init__(self, d):
+                self.d = d
+
+            def __enter__(self):
+                devices.append(self.d)
+
+            def __exit__(self, *exc):
+                devices.append(None)
+
+        sys.modules["cupy"].cuda.Stream, sys.modules["cupy"].cuda.Device = Stream, Device
+        with cupool.stream() as s:
+            h = s.handle
+            w = s.as_cupy()
+        self.assertEqual((made, w.ptr, w.device), ([(0, h)], h, 0))
+        with cupool.stream() as s2:
+            self.assertEqual(s2.handle, h)
+            self.assertIs(s2.as_cupy(), w)  # cached: the value it was made from outlives s
+        self.assertEqual(len(made), 1)
+
     def test_not_imported_until_called(self):
         code = "import sys, cupool; cupool.ensure_context(); s = cupool.stream(); " \
                "assert 'cupy' not in sys.modules and 'torch' not in sys.modules; s.release()"
