@@ -72,8 +72,15 @@ static void arena_create(void)
     void *h = dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         const char *why = dlerror();
-        snprintf(arena_name, sizeof(arena_name), "libc (libjemalloc.so.2 not loaded: %.150s)",
-                 why ? why : "unknown reason");
+        if (why && strstr(why, "static TLS"))
+            /* the usual case, and no fault: a program started without jemalloc has no room
+             * left for its TLS (README, "Building by hand") */
+            snprintf(arena_name, sizeof(arena_name),
+                     "libc (jemalloc not used: this process has no static TLS room left for "
+                     "it; preload it or set GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096)");
+        else
+            snprintf(arena_name, sizeof(arena_name), "libc (libjemalloc.so.2 not opened: %.120s)",
+                     why ? why : "unknown reason");
         return;
     }
     *(void **)&jem_mallocx = dlsym(h, "mallocx");

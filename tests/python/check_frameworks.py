@@ -10,6 +10,7 @@ Exits 77 (SKIP) when no GPU answers or when none of the three frameworks can be 
 framework that imports and then fails is a failure. Prints what ran."""
 import ctypes
 import sys
+import time
 import warnings
 
 import cupool
@@ -203,6 +204,55 @@ def run_cuda_core():
           % (getattr(cuda.core, "__version__", "?"), acquires, creates))
 
 
+def per_call_ns(fn, n=20000):
+    """Best of three runs of n calls of fn, in ns per call (printed, never asserted)."""
+    best = None
+    for _ in range(3):
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        dt = (time.perf_counter_ns() - t0) / n
+        best = dt if best is None or dt < best else best
+    return best
+
+
+def costs(ran):
+    """What a stream costs each framework's way and cupool's, in one run: the framework's own
+    stream (made and dropped), cupool's pooled pair, and the pair with the hand-off to the
+    framework (a cached wrapper for CuPy and PyTorch; cuda.core wraps afresh each time)."""
+    nb = cupool.STREAM_NON_BLOCKING
+    rows = [("cupool pair (stream, release)", lambda: cupool.stream(nb).release())]
+
+    def pooled(wrap):
+        s = cupool.stream(nb)
+        wrap(s)
+        s.release()
+
+    if "cupy" in ran:
+        import cupy
+        rows.append(("cupy.cuda.Stream(non_blocking=True), dropped",
+                     lambda: cupy.cuda.Stream(non_blocking=True)))
+        rows.append(("cupool pair + as_cupy()", lambda: pooled(lambda s: s.as_cupy())))
+    if "torch" in ran:
+        import torch
+        rows.append(("torch.cuda.Stream() (its shared round robin)", lambda: torch.cuda.Stream()))
+        rows.append(("cupool pair + as_torch(0)", lambda: pooled(lambda s: s.as_torch(0))))
+    if "cuda.core" in ran:
+        try:
+            from cuda.core import Device
+        except ImportError:
+            from cuda.core.experimental import Device
+        dev = Device(0)
+        rows.append(("cuda.core Device.create_stream() + close()",
+                     lambda: dev.create_stream().close()))
+        rows.append(("cupool pair + Device.create_stream(s)",
+                     lambda: pooled(lambda s: dev.create_stream(s))))
+    print("check_frameworks: ns per stream, best of 3 runs of 20000 (backend: %s)"
+          % cupool.BACKEND)
+    for name, fn in rows:
+        print("check_frameworks:   %-48s %9.0f" % (name, per_call_ns(fn)))
+
+
 ran, missing = [], []
 for name, module, fn in (("cupy", "cupy", run_cupy), ("torch", "torch", run_torch),
                          ("cuda.core", "cuda.core", run_cuda_core)):
@@ -218,4 +268,5 @@ if missing:
 if not ran:
     print("check_frameworks: none of CuPy, PyTorch or cuda.core imports: SKIP")
     sys.exit(77)
+costs(ran)
 print("check_frameworks: passed with %s (backend: %s)" % (", ".join(ran), cupool.BACKEND))
