@@ -73,6 +73,10 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->n = 0;
     p->ndeps = 0;
     p->alen = 0;
+    /* described again with no launch between: a marked node may hold the last launch's
+     * parameters again, so the next launch compares the marked nodes before setting them */
+    if (CUPOOL_UNLIKELY(p->nchg))
+        p->redescribed = true;
     /* after a trim, the layouts the old nodes named are let go (they are looked up afresh),
      * and with them the nodes to compare with */
     if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&cupool__fn_epoch, CUPOOL_ACQUIRE))) {

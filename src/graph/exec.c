@@ -169,71 +169,78 @@ CUresult cupool__template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **
 
 static bool kernel_same(const struct pnode *n, const struct pnode *o);
 
-/* Sets into the graph node gn node i of p if it differs from the description it last carried
- * (o, with its argument bytes old_args): through the exec when exec is given
+/* Sets node i of p into the graph node gn: through the exec when exec is given
  * (cuGraphExec*SetParams: an update), else into a graph not instantiated yet (cuGraph*
- * SetParams). One driver call if it differs (*set true then). Returns the driver's error (not
- * recorded: the callers say what failed). */
-static CUresult node_set_changed(const struct cupool_pipeline *p, uint32_t i,
-                                 const struct pnode *o, const unsigned char *old_args,
-                                 CUgraphNode gn, CUgraphExec exec, CUcontext ctx, bool *set)
+ * SetParams). One driver call. Returns the driver's error (not recorded: the callers say what
+ * failed). */
+static CUresult node_set(const struct cupool_pipeline *p, uint32_t i, CUgraphNode gn,
+                         CUgraphExec exec, CUcontext ctx)
 {
     const struct pnode *n = &p->nodes[i];
-    *set = false;
     switch (n->type) {
     case PN_KERNEL: {
-        const struct fninfo *fi = n->u.k.info;
-        if (kernel_same(n, o) &&
-            (!fi->bytes ||
-             memcmp(p->args + n->u.k.arg_off, old_args + o->u.k.arg_off, fi->bytes) == 0))
-            return CUDA_SUCCESS;
         CUDA_KERNEL_NODE_PARAMS kp;
         kernel_params(n, p->args, p->argv, &kp);
-        *set = true;
         return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(exec, gn, &kp))
                     : CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(gn, &kp));
     }
     case PN_MEMSET: {
-        if (memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0)
-            return CUDA_SUCCESS;
         CUDA_MEMSET_NODE_PARAMS mp;
         memset_params(n, &mp);
-        *set = true;
         return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemsetNodeSetParams(exec, gn, &mp, ctx))
                     : CUPOOL_DRV(cupool__drv.cuGraphMemsetNodeSetParams(gn, &mp));
     }
     case PN_MEMCPY: {
-        if (memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0)
-            return CUDA_SUCCESS;
         CUDA_MEMCPY3D cp;
         memcpy_params(n, &cp);
-        *set = true;
         return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecMemcpyNodeSetParams(exec, gn, &cp, ctx))
                     : CUPOOL_DRV(cupool__drv.cuGraphMemcpyNodeSetParams(gn, &cp));
     }
     case PN_RECORD:
-        if (n->u.ev.ev == o->u.ev.ev)
-            return CUDA_SUCCESS;
-        *set = true;
         return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventRecordNodeSetEvent(exec, gn,
                                                                                n->u.ev.ev))
                     : CUPOOL_DRV(cupool__drv.cuGraphEventRecordNodeSetEvent(gn, n->u.ev.ev));
     case PN_WAIT:
-        if (n->u.ev.ev == o->u.ev.ev)
-            return CUDA_SUCCESS;
-        *set = true;
         return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecEventWaitNodeSetEvent(exec, gn,
                                                                              n->u.ev.ev))
                     : CUPOOL_DRV(cupool__drv.cuGraphEventWaitNodeSetEvent(gn, n->u.ev.ev));
     default: {
-        if (memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0)
-            return CUDA_SUCCESS;
         CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
-        *set = true;
         return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecHostNodeSetParams(exec, gn, &hp))
                     : CUPOOL_DRV(cupool__drv.cuGraphHostNodeSetParams(gn, &hp));
     }
     }
+}
+
+/* Whether node i of p carries the parameters of o (with its argument bytes old_args). */
+static bool node_same(const struct cupool_pipeline *p, uint32_t i, const struct pnode *o,
+                      const unsigned char *old_args)
+{
+    const struct pnode *n = &p->nodes[i];
+    switch (n->type) {
+    case PN_KERNEL:
+        return kernel_same(n, o) &&
+               (!n->u.k.info->bytes || memcmp(p->args + n->u.k.arg_off,
+                                              old_args + o->u.k.arg_off, n->u.k.info->bytes) == 0);
+    case PN_MEMSET:
+        return memcmp(&n->u.set, &o->u.set, sizeof n->u.set) == 0;
+    case PN_MEMCPY:
+        return memcmp(&n->u.copy, &o->u.copy, sizeof n->u.copy) == 0;
+    case PN_RECORD:
+    case PN_WAIT:
+        return n->u.ev.ev == o->u.ev.ev;
+    default:
+        return memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0;
+    }
+}
+
+/* node_set when node i differs from o (*set true then); nothing otherwise. */
+static CUresult node_set_changed(const struct cupool_pipeline *p, uint32_t i,
+                                 const struct pnode *o, const unsigned char *old_args,
+                                 CUgraphNode gn, CUgraphExec exec, CUcontext ctx, bool *set)
+{
+    *set = !node_same(p, i, o, old_args);
+    return *set ? node_set(p, i, gn, exec, ctx) : CUDA_SUCCESS;
 }
 
 /* node_set_changed for every node of p (old[], old_args: the description the graph nodes
@@ -504,10 +511,14 @@ bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeli
         for (uint32_t w = 0; w < words && r == CUDA_SUCCESS; w++)
             for (uint64_t bits = p->chg[w]; bits && r == CUDA_SUCCESS; bits &= bits - 1) {
                 uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
-                bool set;
+                /* marked at its add: it differs from the last launch's node, which is
+                 * this snapshot's, so it is set without comparing again, unless it was
+                 * described more than once since (it may be back to that node) */
+                bool set = true;
                 ++*compared;
-                r = node_set_changed(p, i, &x->snap[i], x->snap_args, x->nodes[i], x->exec,
-                                     e->ctx, &set);
+                r = p->redescribed ? node_set_changed(p, i, &x->snap[i], x->snap_args,
+                                                      x->nodes[i], x->exec, e->ctx, &set)
+                                   : node_set(p, i, x->nodes[i], x->exec, e->ctx);
                 if (r == CUDA_SUCCESS) {
                     *updated += set;
                     snapshot_node(x, p, i);
@@ -539,6 +550,7 @@ void cupool__refill_consumed(struct cupool_pipeline *p)
         memset(p->chg, 0, p->chgcap * sizeof(*p->chg));
     p->nchg = 0;
     p->all_dirty = false;
+    p->redescribed = false;
 }
 
 /* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order

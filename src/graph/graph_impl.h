@@ -136,11 +136,13 @@ struct cupool_pipeline {
      * kind (same function and argument place, for a kernel) compares its parameters with that
      * node's and writes only what differs, marking the node in chg[] (a bit per node). Every
      * other add writes afresh and sets all_dirty. Invariant, while all_dirty is false: every
-     * node below hw that is not marked holds the last launch's parameters. A launch consumes
-     * the marks (hw becomes its node count, the marks and all_dirty are cleared). */
+     * node below hw that is not marked holds the last launch's parameters, and, while
+     * redescribed is false too, every marked one differs from them. A launch consumes
+     * the marks (hw becomes its node count, the marks, all_dirty and redescribed are cleared). */
     uint32_t hw;    /* nodes of the last launch still in place (0: none to compare with) */
     uint32_t nchg;  /* nodes marked */
     bool all_dirty; /* an add wrote without comparing: any node may differ */
+    bool redescribed; /* a reset found nodes marked: a marked node may be as launched */
     uint64_t *chg;
     size_t chgcap; /* words allocated in chg */
     /* The description's version, unique across pipelines: moves on at a launch whose
