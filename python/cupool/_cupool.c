@@ -299,7 +299,15 @@ static PyObject *handoff(PyObject *self, const char *framework, PyObject *device
     PyObject *h = pooled_get_handle(self, NULL);
     if (!h)
         return NULL;
-    PyObject *r = PyObject_CallFunction(handoff_fn, "sOO", framework, h, device ? device : Py_None);
+    /* the framework's name, made once (the module keeps it): no string built per call */
+    static PyObject *names[2];
+    int which = framework[0] == 't';
+    if (!names[which] && !(names[which] = PyUnicode_InternFromString(framework))) {
+        Py_DECREF(h);
+        return NULL;
+    }
+    PyObject *argv[3] = {names[which], h, device ? device : Py_None};
+    PyObject *r = PyObject_Vectorcall(handoff_fn, argv, 3, NULL);
     Py_DECREF(h);
     return r;
 }
