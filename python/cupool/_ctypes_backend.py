@@ -82,29 +82,70 @@ def _setup(error_class, handoff):
     _handoff_fn = handoff
 
 
+def _text(b):
+    """cupool's bytes as str: a message cut inside a character, or a path that is not UTF-8,
+    must not turn an error into a UnicodeDecodeError."""
+    return b.decode("utf-8", "replace") if b is not None else ""
+
+
 def _raise(r, detail=None):
     if detail is None:
-        detail = _error_string().decode()
-    raise _error_class(r, _result_name(r).decode(), detail)
+        detail = _text(_error_string())
+    raise _error_class(r, _text(_result_name(r)), detail)
 
 
-def _handle(o):
+def _int_in(v, lo, hi, what):
+    """v as an int in lo .. hi, or OverflowError/TypeError as the extension raises (ctypes
+    would silently keep the low bits)."""
+    if not isinstance(v, int):
+        raise TypeError("%s must be an int, not %s" % (what, type(v).__name__))
+    if not lo <= v <= hi:
+        raise OverflowError("%s out of range: %d" % (what, v))
+    return v
+
+
+def _u32(v, what="flags"):
+    return _int_in(v, 0, 0xFFFFFFFF, what)
+
+
+def _i32(v, what="priority"):
+    return _int_in(v, -0x80000000, 0x7FFFFFFF, what)
+
+
+def _handle(o, kind=None):
+    """A handle value from an int or a cupool object (of `kind`, when given)."""
     if isinstance(o, _Pooled):
+        if kind is not None and o._kind != kind:
+            raise TypeError("a %s is needed here, not a cupool %s" % (kind, o._kind))
         return o.handle
-    if not isinstance(o, int):
-        raise TypeError("a handle must be an int or a cupool object, not %s" % type(o).__name__)
-    return o
+    return _int_in(o, 0, (1 << 64) - 1, "a handle")
 
 
 # ---- pooled objects ----
+_TOKEN = object()  # only this module makes owners: an owner made from a value would release it
+
+
 class _Pooled:
     __slots__ = ("_h", "_pool", "_released")
     _kind = "stream"
 
-    def __init__(self, h, pool=None):
+    def __init__(self, h, pool=None, _token=None):
+        if _token is not _TOKEN:
+            raise TypeError("cupool.%s objects come from an acquire" % self._kind.capitalize())
         self._h = h
         self._pool = pool
         self._released = False
+
+    # one owner per handle: a copy, or a pickled and restored owner, would give it back twice
+    def __copy__(self):
+        raise TypeError("a cupool %s is owned once: it cannot be copied" % self._kind)
+
+    def __deepcopy__(self, memo):
+        self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle a cupool %s (it owns a handle of this process)"
+                        % self._kind)
 
     def _refuse(self):
         _raise(CUDA_ERROR_INVALID_HANDLE,
@@ -128,10 +169,12 @@ class _Pooled:
         (CUDA_ERROR_INVALID_HANDLE) and does not reach cupool."""
         if self._released:
             self._refuse()
+        # forgotten whatever cupool answers (as C++ owners do): a refused handle is not this
+        # object's to give back later (another release may already have returned it)
+        self._released = True
         r = self._release_now(_CUPOOL_RELEASE_NOT_CAPTURING if not_capturing else 0)
         if r:
             _raise(r)
-        self._released = True
 
     def __enter__(self):
         if self._released:
@@ -140,10 +183,10 @@ class _Pooled:
 
     def __exit__(self, *exc):
         if not self._released:
+            self._released = True
             r = self._release_now(0)
             if r:
                 _raise(r)
-            self._released = True
         return False
 
     # At interpreter shutdown ctypes may already be torn down: the handle is left to cupool,
@@ -202,45 +245,37 @@ class Event(_Pooled):
 
 
 def stream(flags=0, priority=0):
-    s = _vp()
-    r = _stream_acquire(_C.byref(s), flags, priority)
-    if r:
-        _raise(r)
-    return Stream(s.value or 0)
+    return Stream(stream_acquire_handle(flags, priority), None, _TOKEN)
 
 
 def event(flags=0):
-    e = _vp()
-    r = _event_acquire(_C.byref(e), flags)
-    if r:
-        _raise(r)
-    return Event(e.value or 0)
+    return Event(event_acquire_handle(flags), None, _TOKEN)
 
 
 def stream_acquire_handle(flags=0, priority=0):
     s = _vp()
-    r = _stream_acquire(_C.byref(s), flags, priority)
+    r = _stream_acquire(_C.byref(s), _u32(flags), _i32(priority))
     if r:
         _raise(r)
     return s.value or 0
 
 
 def stream_release_handle(handle):
-    r = _stream_release(_handle(handle))
+    r = _stream_release(_handle(handle, "stream"))
     if r:
         _raise(r)
 
 
 def event_acquire_handle(flags=0):
     e = _vp()
-    r = _event_acquire(_C.byref(e), flags)
+    r = _event_acquire(_C.byref(e), _u32(flags))
     if r:
         _raise(r)
     return e.value or 0
 
 
 def event_release_handle(handle):
-    r = _event_release(_handle(handle))
+    r = _event_release(_handle(handle, "event"))
     if r:
         _raise(r)
 
@@ -251,9 +286,9 @@ class StreamPool:
     __slots__ = ("handle", "ctx", "flags", "priority")
 
     def __init__(self, ctx=0, flags=0, priority=0, promise=False):
-        self.ctx = _handle(ctx or 0)
-        self.flags = flags | (_CUPOOL_POOL_CONTEXT_OUTLIVES if promise else 0)
-        self.priority = priority
+        self.ctx = _handle(ctx or 0, "context")
+        self.flags = _u32(flags) | (_CUPOOL_POOL_CONTEXT_OUTLIVES if promise else 0)
+        self.priority = _i32(priority)
         p = _vp()
         r = _stream_pool_get(_C.byref(p), self.ctx or None, self.flags, priority)
         if r:
@@ -261,7 +296,7 @@ class StreamPool:
         self.handle = p.value
 
     def acquire(self):
-        return Stream(self.acquire_handle(), self.handle)
+        return Stream(self.acquire_handle(), self.handle, _TOKEN)
 
     def acquire_handle(self):
         s = _vp()
@@ -271,7 +306,7 @@ class StreamPool:
         return s.value or 0
 
     def release_handle(self, handle, not_capturing=False):
-        r = _stream_pool_release(self.handle, _handle(handle),
+        r = _stream_pool_release(self.handle, _handle(handle, "stream"),
                                  _CUPOOL_RELEASE_NOT_CAPTURING if not_capturing else 0)
         if r:
             _raise(r)
@@ -287,8 +322,8 @@ class EventPool:
     __slots__ = ("handle", "ctx", "flags")
 
     def __init__(self, ctx=0, flags=0, promise=False):
-        self.ctx = _handle(ctx or 0)
-        self.flags = flags | (_CUPOOL_POOL_CONTEXT_OUTLIVES if promise else 0)
+        self.ctx = _handle(ctx or 0, "context")
+        self.flags = _u32(flags) | (_CUPOOL_POOL_CONTEXT_OUTLIVES if promise else 0)
         p = _vp()
         r = _event_pool_get(_C.byref(p), self.ctx or None, self.flags)
         if r:
@@ -296,7 +331,7 @@ class EventPool:
         self.handle = p.value
 
     def acquire(self):
-        return Event(self.acquire_handle(), self.handle)
+        return Event(self.acquire_handle(), self.handle, _TOKEN)
 
     def acquire_handle(self):
         e = _vp()
@@ -306,7 +341,7 @@ class EventPool:
         return e.value or 0
 
     def release_handle(self, handle):
-        r = _event_pool_release(self.handle, _handle(handle))
+        r = _event_pool_release(self.handle, _handle(handle, "event"))
         if r:
             _raise(r)
 
@@ -391,7 +426,7 @@ def capture_launch(key, stream, fn, replay=True):
         return 0
 
     cb = _CAPTURE_FN(trampoline)
-    r = _capture_launch(key, _handle(stream), cb, None, 0 if replay else 1)
+    r = _capture_launch(key, _handle(stream, "stream"), cb, None, 0 if replay else 1)
     if raised:
         raise raised[0]
     if r:
@@ -413,26 +448,29 @@ def trim():
 
 
 def context_release(ctx):
-    r = _context_release(_handle(ctx))
+    r = _context_release(_handle(ctx, "context"))
     if r:
         _raise(r)
 
 
 def version():
-    return _version().decode()
+    return _text(_version())
 
 
 def error_string():
-    return _error_string().decode()
+    return _text(_error_string())
 
 
 def result_name(result):
-    return _result_name(result).decode()
+    return _text(_result_name(_i32(result, "result")))
 
 
 def driver_get_proc(symbol, cuda_version):
     p = _vp()
-    r = _driver_get_proc(symbol.encode(), cuda_version, _C.byref(p))
+    name = symbol.encode()
+    if b"\0" in name:
+        raise ValueError("driver_get_proc: embedded null character in the symbol")
+    r = _driver_get_proc(name, _i32(cuda_version, "cuda_version"), _C.byref(p))
     if r:
         _raise(r)
     return p.value

@@ -33,14 +33,25 @@ static PyObject *handoff_fn;    /* cupool._handoff(framework, handle, device) */
 /* ---- errors ---- */
 
 /* Raises CupoolError(result, name, detail); detail NULL: cupool_error_string(). */
+/* cupool's bytes as str: a message cut inside a character, or a path that is not UTF-8, must
+ * not turn an error into a UnicodeDecodeError. */
+static PyObject *text(const char *s)
+{
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
 static PyObject *raise_result(CUresult r, const char *detail)
 {
     const char *name = cupool_result_name(r);
     if (!detail)
         detail = cupool_error_string();
     PyObject *cls = error_class ? error_class : PyExc_RuntimeError;
-    PyObject *exc = error_class ? PyObject_CallFunction(cls, "iss", (int)r, name, detail)
-                                : PyUnicode_FromFormat("%s (%d): %s", name, (int)r, detail);
+    PyObject *d = text(detail);
+    if (!d)
+        return NULL;
+    PyObject *exc = error_class ? PyObject_CallFunction(cls, "isO", (int)r, name, d)
+                                : PyUnicode_FromFormat("%s (%d): %U", name, (int)r, d);
+    Py_DECREF(d);
     if (!exc)
         return NULL;
     if (error_class)
@@ -51,7 +62,9 @@ static PyObject *raise_result(CUresult r, const char *detail)
     return NULL;
 }
 
-static int handle_arg(PyObject *o, uintptr_t *out);
+/* What handle_arg accepts besides an int: a cupool object of this kind, or none at all. */
+enum { ARG_STREAM, ARG_EVENT, ARG_CONTEXT };
+static int handle_arg(PyObject *o, int want, uintptr_t *out);
 
 static inline PyObject *from_handle(uintptr_t h)
 {
@@ -212,10 +225,12 @@ static PyObject *pooled_release_meth(PyObject *self, PyObject *const *args, Py_s
     }
     if (o->released)
         return already_released(o);
+    /* forgotten whatever cupool answers (as C++ owners do): a refused handle is not this
+     * object's to give back later (another release may already have returned it) */
+    o->released = 1;
     CUresult r = pooled_release(o, rflags);
     if (r != CUDA_SUCCESS)
         return raise_result(r, NULL);
-    o->released = 1;
     Py_RETURN_NONE;
 }
 
@@ -236,10 +251,10 @@ static PyObject *pooled_exit(PyObject *self, PyObject *const *args, Py_ssize_t n
     (void)nargs;
     PooledObject *o = (PooledObject *)self;
     if (!o->released) {
+        o->released = 1;
         CUresult r = pooled_release(o, 0);
         if (r != CUDA_SUCCESS)
             return raise_result(r, NULL);
-        o->released = 1;
     }
     Py_RETURN_FALSE;
 }
@@ -399,11 +414,18 @@ static PyTypeObject EventType = {
     .tp_getset = pooled_getset,
 };
 
-/* Accepts a cupool.Stream / cupool.Event (its handle) or an int. */
-static int handle_arg(PyObject *o, uintptr_t *out)
+/* Accepts an int, or a cupool.Stream / cupool.Event (its handle) where that kind is wanted. */
+static int handle_arg(PyObject *o, int want, uintptr_t *out)
 {
     if (Py_TYPE(o) == &StreamType || Py_TYPE(o) == &EventType) {
         PooledObject *p = (PooledObject *)o;
+        int is_stream = Py_TYPE(o) == &StreamType;
+        if (want == ARG_CONTEXT || (want == ARG_STREAM) != is_stream) {
+            PyErr_Format(PyExc_TypeError, "a %s is needed here, not a cupool %s",
+                         want == ARG_CONTEXT ? "context" : want == ARG_STREAM ? "stream" : "event",
+                         is_stream ? "stream" : "event");
+            return -1;
+        }
         if (p->released) {
             already_released(p);
             return -1;
@@ -527,7 +549,7 @@ static PyObject *m_stream_release_handle(PyObject *m, PyObject *arg)
 {
     (void)m;
     uintptr_t h;
-    if (handle_arg(arg, &h) < 0)
+    if (handle_arg(arg, ARG_STREAM, &h) < 0)
         return NULL;
     CUresult r = cupool_stream_release((CUstream)h);
     if (r != CUDA_SUCCESS)
@@ -556,7 +578,7 @@ static PyObject *m_event_release_handle(PyObject *m, PyObject *arg)
 {
     (void)m;
     uintptr_t h;
-    if (handle_arg(arg, &h) < 0)
+    if (handle_arg(arg, ARG_EVENT, &h) < 0)
         return NULL;
     CUresult r = cupool_event_release((CUevent)h);
     if (r != CUDA_SUCCESS)
@@ -585,7 +607,7 @@ static int pool_init_common(PoolObject *p, int kind, PyObject *ctx, PyObject *fl
     p->ctx = 0;
     p->flags = 0;
     p->priority = 0;
-    if (ctx && ctx != Py_None && handle_arg(ctx, &p->ctx) < 0)
+    if (ctx && ctx != Py_None && handle_arg(ctx, ARG_CONTEXT, &p->ctx) < 0)
         return -1;
     if (flags && uint_arg(flags, &p->flags, "flags") < 0)
         return -1;
@@ -703,7 +725,7 @@ static PyObject *stream_pool_release_handle(PyObject *self, PyObject *const *arg
     if (!p->pool)
         return pool_not_made();
     uintptr_t h;
-    if (handle_arg(a[0], &h) < 0)
+    if (handle_arg(a[0], ARG_STREAM, &h) < 0)
         return NULL;
     unsigned int rflags = 0;
     if (a[1]) {
@@ -740,7 +762,7 @@ static PyObject *event_pool_release_handle(PyObject *self, PyObject *arg)
     if (!p->pool)
         return pool_not_made();
     uintptr_t h;
-    if (handle_arg(arg, &h) < 0)
+    if (handle_arg(arg, ARG_EVENT, &h) < 0)
         return NULL;
     CUresult r = cupool_event_pool_release(p->pool, (CUevent)h);
     if (r != CUDA_SUCCESS)
@@ -995,7 +1017,7 @@ static PyObject *m_capture_launch(PyObject *m, PyObject *const *args, Py_ssize_t
     if (key == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     uintptr_t s;
-    if (handle_arg(a[1], &s) < 0)
+    if (handle_arg(a[1], ARG_STREAM, &s) < 0)
         return NULL;
     if (!PyCallable_Check(a[2])) {
         PyErr_SetString(PyExc_TypeError, "capture_launch: fn must be callable");
@@ -1059,7 +1081,7 @@ static PyObject *m_context_release(PyObject *m, PyObject *arg)
 {
     (void)m;
     uintptr_t ctx;
-    if (handle_arg(arg, &ctx) < 0)
+    if (handle_arg(arg, ARG_CONTEXT, &ctx) < 0)
         return NULL;
     CUresult r;
     Py_BEGIN_ALLOW_THREADS
@@ -1074,23 +1096,23 @@ static PyObject *m_version(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    return PyUnicode_FromString(cupool_version());
+    return text(cupool_version());
 }
 
 static PyObject *m_error_string(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    return PyUnicode_FromString(cupool_error_string());
+    return text(cupool_error_string());
 }
 
 static PyObject *m_result_name(PyObject *m, PyObject *arg)
 {
     (void)m;
-    long v = PyLong_AsLong(arg);
-    if (v == -1 && PyErr_Occurred())
+    int v;
+    if (int_arg(arg, &v, "result") < 0)
         return NULL;
-    return PyUnicode_FromString(cupool_result_name((CUresult)v));
+    return text(cupool_result_name((CUresult)v));
 }
 
 static PyObject *m_driver_get_proc(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
@@ -1100,9 +1122,14 @@ static PyObject *m_driver_get_proc(PyObject *m, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "driver_get_proc(symbol, cuda_version)");
         return NULL;
     }
-    const char *sym = PyUnicode_AsUTF8(args[0]);
+    Py_ssize_t len;
+    const char *sym = PyUnicode_AsUTF8AndSize(args[0], &len);
     if (!sym)
         return NULL;
+    if ((size_t)len != strlen(sym)) {
+        PyErr_SetString(PyExc_ValueError, "driver_get_proc: embedded null character in the symbol");
+        return NULL;
+    }
     int ver;
     if (int_arg(args[1], &ver, "cuda_version") < 0)
         return NULL;
@@ -1115,15 +1142,16 @@ static PyObject *m_driver_get_proc(PyObject *m, PyObject *const *args, Py_ssize_
 
 /* The calling thread's current context; without one, the primary context of device (retained
  * once per device for the process, never released) made current. Returns its handle. */
-static PyObject *m_ensure_context(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *m_ensure_context(PyObject *m, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
 {
     (void)m;
+    static const char *const names[] = {"device"};
+    PyObject *dev_arg;
     int device = 0;
-    if (nargs > 1) {
-        PyErr_SetString(PyExc_TypeError, "ensure_context(device=0)");
+    if (fast_args("ensure_context", args, nargs, kwnames, names, 1, &dev_arg) < 0)
         return NULL;
-    }
-    if (nargs == 1 && int_arg(args[0], &device, "device") < 0)
+    if (dev_arg && int_arg(dev_arg, &device, "device") < 0)
         return NULL;
     static CUresult (*get_current)(CUcontext *), (*set_current)(CUcontext);
     static CUresult (*device_get)(CUdevice *, int), (*retain)(CUcontext *, CUdevice);
@@ -1197,7 +1225,7 @@ static PyMethodDef module_methods[] = {
     {"error_string", m_error_string, METH_NOARGS, "cupool_error_string()."},
     {"result_name", m_result_name, METH_O, "cupool_result_name(result)."},
     FAST("driver_get_proc", m_driver_get_proc, "driver_get_proc(symbol, cuda_version) -> int."),
-    FAST("ensure_context", m_ensure_context,
+    FASTKW("ensure_context", m_ensure_context,
          "ensure_context(device=0) -> int: a current context for the calling thread."),
     FAST("_setup", m_setup, NULL),
     {NULL, NULL, 0, NULL}};

@@ -389,6 +389,74 @@ class Handoff(unittest.TestCase):
         subprocess.run([sys.executable, "-c", code], check=True)
 
 
+class Misuse(unittest.TestCase):
+    """What a caller can get wrong is refused with an exception and loses nothing, through
+    either backend alike."""
+
+    def test_an_owner_cannot_be_copied_pickled_or_made(self):
+        import copy
+        import pickle
+        with cupool.stream() as s:
+            for f in (copy.copy, copy.deepcopy, pickle.dumps):
+                with self.assertRaises(TypeError):
+                    f(s)
+        with self.assertRaises(TypeError):  # an owner of any value would release it
+            cupool.Stream(5) if cupool.BACKEND == "ctypes" else cupool.Stream.__new__(cupool.Stream)
+        self.assertEqual(in_use(), 0)
+
+    def test_out_of_range_values_are_refused(self):
+        for bad in (lambda: cupool.stream(2 ** 32), lambda: cupool.stream(0, 2 ** 31),
+                    lambda: cupool.event(-1), lambda: cupool.StreamPool(flags=2 ** 32),
+                    lambda: cupool.StreamPool(ctx=-1), lambda: cupool.result_name(2 ** 40),
+                    lambda: cupool.stream_release_handle(2 ** 64)):
+            with self.assertRaises((OverflowError, TypeError)):
+                bad()
+        self.assertEqual(in_use(), 0)
+
+    def test_an_object_of_the_wrong_kind_is_refused(self):
+        with cupool.stream() as s, cupool.event() as e:
+            with self.assertRaises(TypeError):
+                cupool.capture_launch(1, e, lambda h: None)
+            with self.assertRaises(TypeError):
+                cupool.stream_release_handle(e)
+            with self.assertRaises(TypeError):
+                cupool.event_release_handle(s)
+            with self.assertRaises(TypeError):
+                cupool.context_release(s)
+            with self.assertRaises(TypeError):
+                cupool.StreamPool(ctx=e)
+        self.assertEqual(in_use(), 0)
+
+    def test_a_symbol_with_a_null_is_refused(self):
+        with self.assertRaises(ValueError):
+            cupool.driver_get_proc("cuInit\0x", 2000)
+
+    def test_a_message_cut_inside_a_character_still_raises_cupool_error(self):
+        # cupool cuts a message at 463 bytes, here inside a two-byte character
+        with self.assertRaises(cupool.CupoolError) as cm:
+            cupool.driver_get_proc("x" + "\u00e9" * 300, 2000)
+        self.assertIn("x\u00e9", str(cm.exception))
+        cupool.error_string()
+
+    def test_ensure_context_takes_its_keyword(self):
+        self.assertEqual(cupool.ensure_context(device=0), CTX)
+
+    def test_a_refused_release_forgets_the_handle(self):
+        s = cupool.stream()
+        cupool.stream_release_handle(s.handle)  # given back behind the owner's back
+        with self.assertRaises(cupool.CupoolError):
+            s.release()
+        self.assertTrue(s.released)
+        t = cupool.stream()  # may be the same handle: now t's
+        del s
+        gc.collect()
+        u = cupool.stream()
+        self.assertNotEqual(u.handle, t.handle)  # s did not give t's handle back
+        t.release()
+        u.release()
+        self.assertEqual(in_use(), 0)
+
+
 class Shutdown(unittest.TestCase):
     def test_objects_alive_at_exit(self):
         # streams and events still held (in globals, in a cycle, in a pool's object) when the
