@@ -214,9 +214,41 @@ static void report_json(FILE *out, const cupool_class_stats_t *st, size_t n,
     X(in_use, "gauge", "Handles handed out and not yet released")                             \
     X(high_water, "gauge", "Most handles of the class alive at once")
 
+/* Prometheus takes one sample per label set, and the labels name a class's key: a class
+ * retired by cupool_context_release while its handles are out is listed beside the new class
+ * of the same key (same context id). Such classes are one series: the first of them carries
+ * the sum (the gauges and counters of every incarnation; context_alive the largest). */
+static bool same_key(const cupool_class_stats_t *a, const cupool_class_stats_t *b)
+{
+    return a->kind == b->kind && a->context_id == b->context_id && a->device == b->device &&
+           a->flags == b->flags && a->priority == b->priority;
+}
+
+static bool key_seen_before(const cupool_class_stats_t *st, size_t i)
+{
+    for (size_t k = 0; k < i; k++)
+        if (same_key(&st[k], &st[i]))
+            return true;
+    return false;
+}
+
+#define KEY_SUM(st, n, i, expr)                                                               \
+    __extension__({                                                                           \
+        uint64_t sum_ = 0;                                                                    \
+        for (size_t k_ = (i); k_ < (n); k_++)                                                 \
+            if (same_key(&(st)[k_], &(st)[i])) {                                              \
+                const cupool_class_stats_t *c_ = &(st)[k_];                                   \
+                sum_ += (expr);                                                               \
+            }                                                                                 \
+        sum_;                                                                                 \
+    })
+
 static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t n,
                               const cupool_maintenance_stats_t *m)
 {
+    size_t keys = 0;
+    for (size_t i = 0; i < n; i++)
+        keys += !key_seen_before(st, i);
     fprintf(out,
             "# HELP cupool_info The cupool library loaded, by version\n# TYPE cupool_info gauge\n"
             "cupool_info{version=\"%s\"} 1\n",
@@ -225,28 +257,30 @@ static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t 
                         "Bytes of host memory cupool holds for its bookkeeping",
                         (uint64_t)cupool__alloc_bytes());
     cupool__prom_metric(out, "cupool_classes", "gauge", "Pool classes listed below",
-                        (uint64_t)n);
+                        (uint64_t)keys);
 #define FAMILY(field, type, help)                                                             \
     fprintf(out, "# HELP cupool_class_" #field "%s " help "\n# TYPE cupool_class_" #field    \
                  "%s " type "\n",                                                             \
             type[0] == 'c' ? "_total" : "", type[0] == 'c' ? "_total" : "");                  \
     for (size_t i = 0; i < n; i++)                                                            \
-        fprintf(out,                                                                          \
-                "cupool_class_" #field "%s{kind=\"%s\",context_id=\"%llu\",device=\"%d\","    \
-                "flags=\"0x%x\",priority=\"%d\"} %" PRIu64 "\n",                              \
-                type[0] == 'c' ? "_total" : "", kind_name(st[i].kind), st[i].context_id,      \
-                st[i].device, st[i].flags, st[i].priority, st[i].field);
+        if (!key_seen_before(st, i))                                                          \
+            fprintf(out,                                                                      \
+                    "cupool_class_" #field "%s{kind=\"%s\",context_id=\"%llu\",device=\"%d\","\
+                    "flags=\"0x%x\",priority=\"%d\"} %" PRIu64 "\n",                          \
+                    type[0] == 'c' ? "_total" : "", kind_name(st[i].kind), st[i].context_id,  \
+                    st[i].device, st[i].flags, st[i].priority, KEY_SUM(st, n, i, c_->field));
     CLASS_FIELDS(FAMILY)
 #undef FAMILY
     fputs("# HELP cupool_class_context_alive 1 until cupool saw the class's context destroyed "
           "or reset\n# TYPE cupool_class_context_alive gauge\n",
           out);
     for (size_t i = 0; i < n; i++)
-        fprintf(out,
-                "cupool_class_context_alive{kind=\"%s\",context_id=\"%llu\",device=\"%d\","
-                "flags=\"0x%x\",priority=\"%d\"} %d\n",
-                kind_name(st[i].kind), st[i].context_id, st[i].device, st[i].flags,
-                st[i].priority, st[i].context_alive ? 1 : 0);
+        if (!key_seen_before(st, i))
+            fprintf(out,
+                    "cupool_class_context_alive{kind=\"%s\",context_id=\"%llu\",device=\"%d\","
+                    "flags=\"0x%x\",priority=\"%d\"} %d\n",
+                    kind_name(st[i].kind), st[i].context_id, st[i].device, st[i].flags,
+                    st[i].priority, KEY_SUM(st, n, i, (uint64_t)(c_->context_alive != 0)) ? 1 : 0);
     cupool__prom_metric(out, "cupool_maintenance_running", "gauge",
                         "1 while the maintenance thread runs", (uint64_t)(m->running != 0));
     cupool__prom_metric(out, "cupool_maintenance_wakeups_total", "counter",
