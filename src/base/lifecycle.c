@@ -33,13 +33,16 @@
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static char init_message[CUPOOL_ERRMSG_MAX] = "not initialised";
 
-/* Opens the CUPOOL_STATS file for appending without ever blocking the exit: O_NONBLOCK, so
+/* Opens the CUPOOL_STATS file for appending (replace: emptied first, for a format whose file
+ * holds one document, Prometheus's exposition) without ever blocking the exit: O_NONBLOCK, so
  * a FIFO without a reader fails at once (ENXIO) instead of waiting for one; a regular file
  * then gets ordinary blocking writes again. Never follows a symbolic link: the path comes from
  * the environment, and the process may run with more privilege than whoever set it. */
-static FILE *stats_file_open(const char *path)
+static FILE *stats_file_open(const char *path, bool replace)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | (replace ? O_TRUNC : O_APPEND) | O_NOFOLLOW |
+                            O_CLOEXEC | O_NONBLOCK,
+                  0644);
     if (fd < 0) {
         cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: cannot open %s: %s%s", path, strerror(errno),
                     errno == ENXIO ? " (a FIFO with no reader: statistics not written)" : "");
@@ -51,7 +54,7 @@ static FILE *stats_file_open(const char *path)
         if (fl >= 0)
             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }
-    FILE *f = fdopen(fd, "a");
+    FILE *f = fdopen(fd, replace ? "w" : "a");
     if (!f)
         close(fd);
     return f;
@@ -71,7 +74,9 @@ static void print_stats_at_exit(void)
     }
     if (mode != CUPOOL_STATS_FILE)
         return;
-    FILE *f = stats_file_open(cupool__cfg.stats_path);
+    /* an appended exposition repeats its samples, which a scrape refuses: replaced */
+    FILE *f = stats_file_open(cupool__cfg.stats_path,
+                              cupool__cfg.stats_format == CUPOOL_STATS_FORMAT_PROMETHEUS);
     if (!f)
         return;
     (void)cupool__layers_report(f, (cupool_stats_format_t)cupool__cfg.stats_format);
