@@ -79,6 +79,24 @@ CUresult cupool__layers_report(FILE *out, cupool_stats_format_t format)
     return CUDA_SUCCESS;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong forms, surrogates or
+ * code points past U+10FFFF), or 0. */
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned char c = p[0];
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!n)
+        return 0;
+    unsigned char lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
 void cupool__json_string(FILE *out, const char *s)
 {
     putc('"', out);
@@ -86,10 +104,28 @@ void cupool__json_string(FILE *out, const char *s)
         if (*p == '"' || *p == '\\') {
             putc('\\', out);
             putc(*p, out);
-        } else if (*p < 0x20 || *p >= 0x7f) {
+        } else if (*p < 0x20 || *p == 0x7f) {
             fprintf(out, "\\u%04x", *p);
-        } else {
+        } else if (*p < 0x80) {
             putc(*p, out);
+        } else {
+            /* a UTF-8 character as its code point (a surrogate pair past U+FFFF), so the
+             * document stays ASCII; a byte that is none (a path in another encoding) as
+             * U+FFFD */
+            size_t n = utf8_len(p);
+            if (!n) {
+                fputs("\\ufffd", out);
+                continue;
+            }
+            uint32_t cp = *p & (0x7f >> n);
+            for (size_t i = 1; i < n; i++)
+                cp = cp << 6 | (p[i] & 0x3f);
+            p += n - 1;
+            if (cp < 0x10000)
+                fprintf(out, "\\u%04x", (unsigned)cp);
+            else
+                fprintf(out, "\\u%04x\\u%04x", (unsigned)(0xd800 + ((cp - 0x10000) >> 10)),
+                        (unsigned)(0xdc00 + ((cp - 0x10000) & 0x3ff)));
         }
     }
     putc('"', out);

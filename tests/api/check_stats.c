@@ -824,24 +824,29 @@ START_TEST(json_with_no_classes)
 }
 END_TEST
 
-/* The expected JSON text of a raw byte string, as cupool escapes it (bytes outside printable
- * ASCII as \u00XX) and the parser decodes it (code point XX in UTF-8). */
+/* The expected decoded JSON string of a raw byte string, as cupool writes it (ASCII, a UTF-8
+ * character as \u of its code point, any other byte as \ufffd) and the parser decodes it:
+ * well-formed UTF-8 as it was, any other byte as U+FFFD. */
 static void escaped_as_decoded(const char *raw, char *out, size_t len)
 {
     size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)raw; *p && o + 3 < len; p++) {
+    for (const unsigned char *p = (const unsigned char *)raw; *p && o + 4 < len; p++) {
         if (*p < 0x80) {
             out[o++] = (char)*p;
+        } else if (*p == 0xc3 && p[1] >= 0x80 && p[1] <= 0xbf) { /* the test's two-byte letters */
+            out[o++] = (char)*p;
+            out[o++] = (char)*++p;
         } else {
-            out[o++] = (char)(0xc0 | *p >> 6);
-            out[o++] = (char)(0x80 | (*p & 0x3f));
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
         }
     }
     out[o] = '\0';
 }
 
 /* The driver path is the user's: quotes, backslashes, control and non-ASCII bytes come out
- * escaped, and the document stays valid. */
+ * escaped (a UTF-8 character as its code point, not byte by byte; a byte that is no UTF-8 as
+ * U+FFFD), and the document stays valid ASCII. */
 START_TEST(json_escapes_the_driver_path)
 {
     const char *driver = getenv("CUPOOL_DRIVER_PATH");
@@ -851,7 +856,7 @@ START_TEST(json_escapes_the_driver_path)
     char dir[] = "/tmp/cupool-json-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char odd[512];
-    snprintf(odd, sizeof(odd), "%s/a\"b\\c\td\x01\xc3\xa9.so", dir);
+    snprintf(odd, sizeof(odd), "%s/a\"b\\c\td\x01\xc3\xa9\xff\xc3.so", dir);
     ck_assert_int_eq(symlink(real, odd), 0);
     setenv("CUPOOL_DRIVER_PATH", odd, 1);
     tu_setup();
