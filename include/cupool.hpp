@@ -97,7 +97,9 @@ private:
 
 #if CUPOOL_HPP_EXCEPTIONS
 /** Throws cupool::error(result, call) unless result is CUDA_SUCCESS. Call it right after the
- *  C call that returned result, on the same thread. Only with exceptions enabled. */
+ *  cupool call that returned result, on the same thread: the error carries cupool's message of
+ *  the thread's last failure, which says nothing about another library's call. Only with
+ *  exceptions enabled. */
 inline void check(CUresult result, const char *call)
 {
     if (result != CUDA_SUCCESS)
