@@ -214,14 +214,17 @@ static void report_json(FILE *out, const cupool_class_stats_t *st, size_t n,
     X(in_use, "gauge", "Handles handed out and not yet released")                             \
     X(high_water, "gauge", "Most handles of the class alive at once")
 
-/* Prometheus takes one sample per label set, and the labels name a class's key: a class
- * retired by cupool_context_release while its handles are out is listed beside the new class
- * of the same key (same context id). Such classes are one series: the first of them carries
- * the sum (the gauges and counters of every incarnation; context_alive the largest). */
+/* Prometheus takes one sample per label set. A class retired by cupool_context_release while
+ * its handles are out is listed beside the new class of the same key (same context id): the
+ * context_alive label tells them apart, so the live class's counters only ever grow (a sum
+ * of both would fall when the retired one is reclaimed, which a scrape reads as a reset).
+ * Retired classes of one key (the context released again while handles of each were out) are
+ * one series, their figures summed. */
 static bool same_key(const cupool_class_stats_t *a, const cupool_class_stats_t *b)
 {
     return a->kind == b->kind && a->context_id == b->context_id && a->device == b->device &&
-           a->flags == b->flags && a->priority == b->priority;
+           a->flags == b->flags && a->priority == b->priority &&
+           !a->context_alive == !b->context_alive;
 }
 
 static bool key_seen_before(const cupool_class_stats_t *st, size_t i)
@@ -266,9 +269,10 @@ static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t 
         if (!key_seen_before(st, i))                                                          \
             fprintf(out,                                                                      \
                     "cupool_class_" #field "%s{kind=\"%s\",context_id=\"%llu\",device=\"%d\","\
-                    "flags=\"0x%x\",priority=\"%d\"} %" PRIu64 "\n",                          \
+                    "flags=\"0x%x\",priority=\"%d\",context_alive=\"%d\"} %" PRIu64 "\n",     \
                     type[0] == 'c' ? "_total" : "", kind_name(st[i].kind), st[i].context_id,  \
-                    st[i].device, st[i].flags, st[i].priority, KEY_SUM(st, n, i, c_->field));
+                    st[i].device, st[i].flags, st[i].priority, st[i].context_alive ? 1 : 0,   \
+                    KEY_SUM(st, n, i, c_->field));
     CLASS_FIELDS(FAMILY)
 #undef FAMILY
     fputs("# HELP cupool_class_context_alive 1 until cupool saw the class's context destroyed "
@@ -278,9 +282,9 @@ static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t 
         if (!key_seen_before(st, i))
             fprintf(out,
                     "cupool_class_context_alive{kind=\"%s\",context_id=\"%llu\",device=\"%d\","
-                    "flags=\"0x%x\",priority=\"%d\"} %d\n",
+                    "flags=\"0x%x\",priority=\"%d\",context_alive=\"%d\"} %d\n",
                     kind_name(st[i].kind), st[i].context_id, st[i].device, st[i].flags,
-                    st[i].priority, KEY_SUM(st, n, i, (uint64_t)(c_->context_alive != 0)) ? 1 : 0);
+                    st[i].priority, st[i].context_alive ? 1 : 0, st[i].context_alive ? 1 : 0);
     cupool__prom_metric(out, "cupool_maintenance_running", "gauge",
                         "1 while the maintenance thread runs", (uint64_t)(m->running != 0));
     cupool__prom_metric(out, "cupool_maintenance_wakeups_total", "counter",
