@@ -33,16 +33,13 @@
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
 static char init_message[CUPOOL_ERRMSG_MAX] = "not initialised";
 
-/* Opens the CUPOOL_STATS file for appending (replace: emptied first, for a format whose file
- * holds one document, Prometheus's exposition) without ever blocking the exit: O_NONBLOCK, so
+/* Opens the CUPOOL_STATS file for appending without ever blocking the exit: O_NONBLOCK, so
  * a FIFO without a reader fails at once (ENXIO) instead of waiting for one; a regular file
  * then gets ordinary blocking writes again. Never follows a symbolic link: the path comes from
  * the environment, and the process may run with more privilege than whoever set it. */
-static FILE *stats_file_open(const char *path, bool replace)
+static FILE *stats_file_open(const char *path)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | (replace ? O_TRUNC : O_APPEND) | O_NOFOLLOW |
-                            O_CLOEXEC | O_NONBLOCK,
-                  0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0) {
         cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: cannot open %s: %s%s", path, strerror(errno),
                     errno == ENXIO ? " (a FIFO with no reader: statistics not written)" : "");
@@ -54,13 +51,48 @@ static FILE *stats_file_open(const char *path, bool replace)
         if (fl >= 0)
             fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     }
-    FILE *f = fdopen(fd, replace ? "w" : "a");
+    FILE *f = fdopen(fd, "a");
     if (!f)
         close(fd);
     return f;
 }
 
-/* CUPOOL_STATS at exit or unload, in its format: stderr, stdout, or appended to a file. A
+/* Writes a Prometheus exposition over the regular file at path (or a new one) at once: into
+ * PATH.tmp.PID beside it, then rename(2), so a reader (a textfile collector) sees the old
+ * exposition or the new one, never a part, and processes sharing the path leave the last
+ * one's whole. False when the path is there but no regular file or symbolic link (a FIFO, a
+ * device): the caller writes to it as to any file. A symbolic link is replaced, not followed. */
+static bool stats_replace(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return false;
+    char tmp[CUPOOL_PATH_MAX + 32];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof(tmp)) {
+        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: %s: path too long", path);
+        return true;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    if (!f) {
+        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: cannot write %s: %s", tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        return true;
+    }
+    (void)cupool__layers_report(f, CUPOOL_STATS_FORMAT_PROMETHEUS);
+    bool failed = ferror(f) != 0;
+    if (fclose(f) != 0 || failed || rename(tmp, path) != 0) {
+        cupool__log(CUPOOL_LOG_WARN, "CUPOOL_STATS: writing %s failed: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    return true;
+}
+
+/* CUPOOL_STATS at exit or unload, in its format: stderr, stdout, or appended to a file (a
+ * Prometheus exposition replaces a regular file's content: stats_replace). A
  * write that cannot proceed at once on a pipe or FIFO (its reader stopped reading) fails: exit
  * never waits for it. */
 static void print_stats_at_exit(void)
@@ -75,8 +107,10 @@ static void print_stats_at_exit(void)
     if (mode != CUPOOL_STATS_FILE)
         return;
     /* an appended exposition repeats its samples, which a scrape refuses: replaced */
-    FILE *f = stats_file_open(cupool__cfg.stats_path,
-                              cupool__cfg.stats_format == CUPOOL_STATS_FORMAT_PROMETHEUS);
+    if (cupool__cfg.stats_format == CUPOOL_STATS_FORMAT_PROMETHEUS &&
+        stats_replace(cupool__cfg.stats_path))
+        return;
+    FILE *f = stats_file_open(cupool__cfg.stats_path);
     if (!f)
         return;
     (void)cupool__layers_report(f, (cupool_stats_format_t)cupool__cfg.stats_format);

@@ -1351,7 +1351,8 @@ START_TEST(json_file_at_exit)
     free(pr.s);
     free(text);
     /* replaced, not appended: a second run leaves one exposition (a scrape of an appended
-     * file would find every sample twice and refuse it) */
+     * file would find every sample twice and refuse it), written beside it and renamed over
+     * it, so no temporary file is left */
     free(child_with_stats(value));
     text = slurp(file);
     memset(&pr, 0, sizeof pr);
@@ -1360,6 +1361,8 @@ START_TEST(json_file_at_exit)
     free(pr.s);
     free(text);
     unlink(file);
+    ck_assert_int_eq(rmdir(dir), 0); /* empty: nothing but the exposition was there */
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
 
     /* table:PATH: the table, as a bare path gives */
     snprintf(file, sizeof(file), "%s/stats.txt", dir);
