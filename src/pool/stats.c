@@ -235,14 +235,13 @@ static bool key_seen_before(const cupool_class_stats_t *st, size_t i)
     return false;
 }
 
-#define KEY_SUM(st, n, i, expr)                                                               \
+/* The sum of `field` over the classes listed from i on with st[i]'s labels. */
+#define KEY_SUM(st, n, i, field)                                                              \
     __extension__({                                                                           \
         uint64_t sum_ = 0;                                                                    \
         for (size_t k_ = (i); k_ < (n); k_++)                                                 \
-            if (same_key(&(st)[k_], &(st)[i])) {                                              \
-                const cupool_class_stats_t *c_ = &(st)[k_];                                   \
-                sum_ += (expr);                                                               \
-            }                                                                                 \
+            if (same_key(&(st)[k_], &(st)[i]))                                                \
+                sum_ += (st)[k_].field;                                                       \
         sum_;                                                                                 \
     })
 
@@ -272,7 +271,7 @@ static void report_prometheus(FILE *out, const cupool_class_stats_t *st, size_t 
                     "flags=\"0x%x\",priority=\"%d\",context_alive=\"%d\"} %" PRIu64 "\n",     \
                     type[0] == 'c' ? "_total" : "", kind_name(st[i].kind), st[i].context_id,  \
                     st[i].device, st[i].flags, st[i].priority, st[i].context_alive ? 1 : 0,   \
-                    KEY_SUM(st, n, i, c_->field));
+                    KEY_SUM(st, n, i, field));
     CLASS_FIELDS(FAMILY)
 #undef FAMILY
     fputs("# HELP cupool_class_context_alive 1 until cupool saw the class's context destroyed "
