@@ -67,8 +67,9 @@
  * The graph-cache workloads (signatures alternating on one stream, one signature on K
  * streams, describing per request) are part of `cupool-bench graphs`.
  *
- * Figures, for every row: ns per operation (mean; for pair loops from a run with no timer
- * inside the loop, the median of 3 runs taken in turns with the floor's); p50, p99, p99.9,
+ * Figures, for every row: ns per operation (mean; for pair loops from runs with no timer
+ * inside the loop: of 7 rounds, each a run of the row and one of its floor in turns, the
+ * round whose ratio is the median; bursts and hand-off: the median of 3 runs); p50, p99, p99.9,
  * p99.99 and max of single acquires and of single releases, each call timed by itself from a
  * separate run of the same work (TSC, calibrated against CLOCK_MONOTONIC, or clock_gettime
  * with --timer clock; a single-call figure includes one timer reading, whose own cost the
@@ -773,6 +774,32 @@ static double median3(double *v, int n)
 
 #define REPEATS 3
 
+/* A row's ns and floor from rounds that ran each in turns: the round whose ratio is the
+ * median of the rounds' ratios. Each round's two runs share the machine's state of the
+ * moment (the VMs drift by tens of percent within a run), so the ratio of one round is the
+ * figure that noise moves least; ns and floor then come from one round, and ns / floor is
+ * that median ratio. The spread of the ratios goes in the row's extra. */
+static void median_round(struct row *row, const double *a, const double *f, int n)
+{
+    double q[16];
+    int idx[16];
+    for (int i = 0; i < n; i++) {
+        q[i] = f[i] > 0 ? a[i] / f[i] : 0;
+        idx[i] = i;
+    }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && q[idx[j - 1]] > q[idx[j]]; j--) {
+            int t = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = t;
+        }
+    int m = idx[n / 2];
+    row->ns = a[m];
+    row->floor_ns = f[m];
+    snprintf(row->extra, sizeof row->extra, "\"rounds\":%d,\"ratio_min\":%.3f,\"ratio_max\":%.3f",
+             n, q[idx[0]], q[idx[n - 1]]);
+}
+
 /* ---- waiting, bounded: 10 s without progress is a failure, never a hang ---- */
 
 struct waiter {
@@ -1213,33 +1240,41 @@ static double run_pairs(enum op op, const struct key *keys, int nkeys, int threa
     return sum / threads;
 }
 
-/* A row of pairs beside its floor (another op): REPEATS untimed runs of each in turns
- * (medians), then one timed run of each; driver calls counted over the row's own runs. */
+/* A row of pairs beside its floor (another op): PAIR_ROUNDS untimed rounds of each in turns
+ * (the round of the median ratio, median_round), then one timed run of each; driver calls
+ * counted over the row's own runs. */
+#define PAIR_ROUNDS 7
+
 static void pairs_vs_floor(struct row *row, enum op op, const struct key *keys, int nkeys,
                            enum op fop, const struct key *fkeys, int fnkeys, int threads,
                            long n)
 {
-    double a[REPEATS], f[REPEATS];
+    /* PAIR_ROUNDS rounds of half the pairs, the row first in even rounds and the floor first
+     * in odd ones, so that neither always runs on a machine the other just warmed */
+    double a[PAIR_ROUNDS], f[PAIR_ROUNDS];
     struct counts c0;
-    for (int i = 0; i < REPEATS; i++) {
+    long half = n / 2 > 1000 ? n / 2 : n;
+    for (int i = 0; i < PAIR_ROUNDS; i++) {
+        if (i % 2)
+            f[i] = run_pairs(fop, fkeys, fnkeys, threads, half, NULL, NULL);
         counts_now(&c0);
-        a[i] = run_pairs(op, keys, nkeys, threads, n, NULL, NULL);
+        a[i] = run_pairs(op, keys, nkeys, threads, half, NULL, NULL);
         counts_add_since(&row->dc, &c0);
-        f[i] = run_pairs(fop, fkeys, fnkeys, threads, n, NULL, NULL);
+        if (i % 2 == 0)
+            f[i] = run_pairs(fop, fkeys, fnkeys, threads, half, NULL, NULL);
     }
     struct hist *ha = hist_new(), *hr = hist_new(), *fa = hist_new(), *fr = hist_new();
     counts_now(&c0);
     run_pairs(op, keys, nkeys, threads, n, ha, hr);
     counts_add_since(&row->dc, &c0);
     run_pairs(fop, fkeys, fnkeys, threads, n, fa, fr);
-    row->ns = median3(a, REPEATS);
-    row->floor_ns = median3(f, REPEATS);
+    median_round(row, a, f, PAIR_ROUNDS);
     row->acq = lat_of(ha);
     row->rel = lat_of(hr);
     row->facq = lat_of(fa);
     row->frel = lat_of(fr);
     /* each thread's 1000 warm-up pairs of each run are counted too */
-    row->ops = (uint64_t)threads * (uint64_t)(n + 1000) * (REPEATS + 1);
+    row->ops = (uint64_t)threads * ((uint64_t)(half + 1000) * PAIR_ROUNDS + (uint64_t)n + 1000);
     row->counted = 1;
     free(ha), free(hr), free(fa), free(fr);
 }
