@@ -51,19 +51,21 @@
  *                 array, each operation timed with the same timer, for as long as the measured
  *                 phase lasted: its max is the machine's own noise. The warm-up lasts at least
  *                 two decay ticks (CUPOOL_DECAY_MS / 4 each) and until 500 ms pass with no create or
- *                 destroy on a request thread. Four rows: "checked" (pools that check their
+ *                 destroy on a request thread. Five rows: "checked" (pools that check their
  *                 context, the stream released unvouched: two driver calls per stream
  *                 acquire, one per event acquire), "promised" (pools made with
  *                 CUPOOL_POOL_CONTEXT_OUTLIVES, the stream released vouched once its last
  *                 event fired: no driver call in any acquire or release), and "by hand": the
  *                 same threads, rings and driver calls without cupool (handles the driver
  *                 created beforehand in thread-local stacks, handed back through a return ring
- *                 per request thread, a 64-byte record written on each side; S graphs
- *                 instantiated per thread, patched with cuGraphExecKernelNodeSetParams and
- *                 launched with cuGraphLaunch): the floor of the promised row's tails; and
+ *                 per request thread, a 64-byte record per handle checked and written on
+ *                 each side, as any pool that refuses a double or foreign release must; S
+ *                 graphs instantiated per thread, patched with cuGraphExecKernelNodeSetParams
+ *                 and launched with cuGraphLaunch): the floor of the promised row's tails;
  *                 "by hand checked": the same plus the driver calls a checked pool makes on
  *                 each acquire (cuCtxGetId, cuStreamIsCapturing for the stream), the checked
- *                 row's floor.
+ *                 row's floor; and "by hand, blind writes": "by hand" with the records only
+ *                 written, not checked (a reference: what the check itself costs).
  * The graph-cache workloads (signatures alternating on one stream, one signature on K
  * streams, describing per request) are part of `cupool-bench graphs`.
  *
@@ -1811,7 +1813,7 @@ static int mix_promised;
 /* 1: the same mix by hand (mix_hand_request): the floor a service pays without cupool;
  * with mix_hand_checked, each acquire also makes the driver calls a checked pool makes
  * (cuCtxGetId, and cuStreamIsCapturing for the stream): the checked row's floor */
-static int mix_hand, mix_hand_checked;
+static int mix_hand, mix_hand_checked, mix_hand_blind;
 static _Atomic long mix_done;
 /* Set by the main thread once the warm-up has lasted two decay ticks (a quarter of
  * CUPOOL_DECAY_MS each, 2.5 s by default: cupool's classes are past their own warm-up at the
@@ -1844,8 +1846,12 @@ struct mix_req {
  * rings and driver calls. Each request thread owns streams and events that the driver
  * created beforehand (more than its ring can hold in flight), keeps the idle ones in
  * thread-local stacks, and gets the released ones back from the completion thread through a
- * return ring of its own; each acquire and release writes the handle's 64-byte record (the
- * cache-line transfer any ownership check pays, as in the hand-off floor). Its S graphs are
+ * return ring of its own; each acquire and release checks the handle's 64-byte record (owner
+ * 0 on acquire, 1 on release, else the run fails) and then writes it: the least a pool that
+ * refuses a double or foreign release does. The check reads a line another core wrote last,
+ * so it waits for the cache-line transfer that a write alone leaves to the store buffer; with
+ * mix_hand_blind the records are only written (no check: the least any record costs). Its S
+ * graphs are
  * instantiated once per thread; a request patches every node's arguments
  * (cuGraphExecKernelNodeSetParams, as a changed argument needs) and calls cuGraphLaunch.
  */
@@ -1902,6 +1908,10 @@ static inline struct hand_rec *hand_acquire(struct hand_side *h, int event)
             wl_fail("by hand: the checks", e, NULL);
             return NULL;
         }
+    }
+    if (!mix_hand_blind && r->owner != 0) {
+        wl_fail("by hand: acquire of a record not idle", CUDA_ERROR_INVALID_HANDLE, NULL);
+        return NULL;
     }
     r->owner = 1;
     return r;
@@ -2106,16 +2116,24 @@ struct mix_completion {
     struct hist *hr;
 };
 
-/* The completion thread's releases by hand: each record written, the three handles pushed
- * onto their thread's return ring (timed with the last release). */
+/* One release by hand: the record checked (owned) and written idle; blind: only written. */
+static inline void hand_release_rec(struct hand_rec *r)
+{
+    if (!mix_hand_blind && r->owner != 1)
+        wl_fail("by hand: release of a record not owned", CUDA_ERROR_INVALID_HANDLE, NULL);
+    r->owner = 0;
+}
+
+/* The completion thread's releases by hand: each record checked and written, the three
+ * handles pushed onto their thread's return ring (timed with the last release). */
 static void mix_hand_release(struct ring *back, struct item *it, uint64_t t[4])
 {
     t[0] = ticks();
-    ((struct hand_rec *)it->a)->owner = 0;
+    hand_release_rec(it->a);
     t[1] = ticks();
-    ((struct hand_rec *)it->b)->owner = 0;
+    hand_release_rec(it->b);
     t[2] = ticks();
-    ((struct hand_rec *)it->c)->owner = 0;
+    hand_release_rec(it->c);
     struct item back_it = {it->a, it->b, it->c, 0};
     ring_push(back, &back_it, "service-mix by hand: return ring full");
     t[3] = ticks();
@@ -2367,7 +2385,9 @@ static void wl_mix(void)
             fprintf(stderr, "  service-mix: measured phase %.1f ms\n", (double)(t1 - t0) / 1e6);
     }
     struct row *row = row_new(W_MIX, "acquire or release", "%s, S=%d, %d request threads",
-                              mix_hand ? (mix_hand_checked ? "by hand checked" : "by hand")
+                              mix_hand ? (mix_hand_checked ? "by hand checked"
+                                          : mix_hand_blind ? "by hand, blind writes"
+                                                           : "by hand")
                                        : mix_promised ? "promised" : "checked",
                               opt_signatures, MIX_THREADS);
     counts_add_since(&row->dc, &c0);
@@ -2550,13 +2570,16 @@ static void key_figures(void)
                     t ? "16 threads" : "1 thread");
     }
     for (int v = 0; v < 2; v++)
-        if ((r = find_row(W_MIX, v ? "by hand, " : "by hand checked, ", 1))) {
+        if ((r = find_row(W_MIX, v ? "by hand, S=" : "by hand checked, ", 1))) {
             /* the floor of the tail targets: the same mix written without cupool */
             key_add(r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999, "ns", 1000,
                     "service-mix %s (the floor): p99.9", v ? "by hand" : "by hand checked");
             key_add(r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999, "ns", 5000,
                     "service-mix %s (the floor): p99.99", v ? "by hand" : "by hand checked");
         }
+    if ((r = find_row(W_MIX, "by hand, blind writes", 1)))
+        key_add(r->acq.p9999 > r->rel.p9999 ? r->acq.p9999 : r->rel.p9999, "ns", -1,
+                "service-mix by hand, blind writes (no ownership check): p99.99");
     for (int v = 0; v < 2; v++)
         if ((r = find_row(W_MIX, v ? "promised" : "checked", 1))) {
             const char *how = v ? "promised" : "checked";
@@ -2570,7 +2593,7 @@ static void key_figures(void)
                     how);
             key_add(per_1000(r->dc.req_creates + r->dc.req_destroys, r->ops), "per 1000", 0,
                     "service-mix %s: request-thread creates+destroys", how);
-            const struct row *h = find_row(W_MIX, v ? "by hand, " : "by hand checked, ", 1);
+            const struct row *h = find_row(W_MIX, v ? "by hand, S=" : "by hand checked, ", 1);
             if (h) {
                 double p = r->acq.p999 > r->rel.p999 ? r->acq.p999 : r->rel.p999;
                 double hp = h->acq.p999 > h->rel.p999 ? h->acq.p999 : h->rel.p999;
@@ -2660,11 +2683,13 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
         case W_CLASH: wl_clash(); break;
         case W_EXPLICIT: wl_explicit(); break;
         default:
-            /* checked, promised, then the same mix by hand, with the checks and without */
-            for (int v = 0; v < 4; v++) {
+            /* checked, promised, then the same mix by hand: with the checked pools' driver
+             * calls, without them, and with blind record writes (no ownership check) */
+            for (int v = 0; v < 5; v++) {
                 mix_promised = v == 1;
                 mix_hand = v >= 2;
                 mix_hand_checked = v == 2;
+                mix_hand_blind = v == 4;
                 wl_mix();
                 die_if_failed();
                 MCHECK(cupool_trim());
