@@ -34,6 +34,14 @@
  * The share of launches claimed without the cache lock is printed beside each.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
+ * Then the first launch of a new exec of 10 kernels (each way in turn, a fresh exec per
+ * sample): by hand, instantiated with cuGraphInstantiateWithFlags (the first cuGraphLaunch
+ * uploads it) and with cuGraphInstantiateWithParams uploading on the launch stream
+ * (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD), the instantiation, the first launch's host time and
+ * launch + cuStreamSynchronize each timed; a warm exec's launch (the floor); cupool's miss
+ * (cupool_trim() first: describe-time build, clone, instantiate, launch in one call) with
+ * this process's CUPOOL_GRAPH_UPLOAD and, from a second run of this program (the setting is
+ * read once per process), with the other; a warm hit.
  * With a FILE for JSON (cupool_bench_graphs_json), the same figures go there as one JSON
  * object instead of the tables.
  */
@@ -41,10 +49,13 @@
 #include <cupool.h>
 
 #include <pthread.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/kernels.h"
 
@@ -60,6 +71,8 @@ static struct {
     CUresult (*cuGraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                      const CUDA_KERNEL_NODE_PARAMS *);
     CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *);
     CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
     CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
                                                const CUDA_KERNEL_NODE_PARAMS *);
@@ -694,6 +707,283 @@ static double throughput(int threads, int launches, int by_hand)
     return threads * launches / (t / 1e9);
 }
 
+
+/* ---- the first launch of a new exec: upload at instantiation ---- */
+
+#define FIRST_NODES 10
+/* Set in the environment of the second run: it measures cupool's first launches only and
+ * prints them on one line (first_launch_other). Not a CUPOOL_ name: cupool reads those. */
+#define FIRST_ONLY_ENV "CUPOOLBENCH_FIRST_LAUNCH_ONLY"
+
+enum fl_way { FL_HAND, FL_HAND_UPLOAD, FL_FLOOR, FL_MISS, FL_HIT, FL_COUNT };
+static const char *const fl_names[FL_COUNT] = {
+    "by hand, no upload", "by hand, upload at instantiation", "floor: a warm exec",
+    "cupool miss", "cupool hit"};
+static const char *const fl_keys[FL_COUNT] = {"hand_no_upload", "hand_upload", "floor",
+                                              "cupool_miss", "cupool_hit"};
+
+struct first_result {
+    int samples;
+    /* medians (ns): the instantiation by hand; the launch call (cupool's miss: the whole
+     * call, build and instantiation included); launch + cuStreamSynchronize */
+    double inst[FL_COUNT], launch[FL_COUNT], e2e[FL_COUNT];
+    int have_way[FL_COUNT];
+    int upload;                        /* this process's CUPOOL_GRAPH_UPLOAD, as seen */
+    int other_ok;                      /* the second run's figures came back */
+    double other_launch, other_e2e;    /* cupool's miss with the other setting */
+};
+
+static CUgraph first_graph(void)
+{
+    CUgraph graph;
+    CUgraphNode nodes[FIRST_NODES];
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = add_u32;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = one_args;
+    check("cuGraphCreate", g.cuGraphCreate(&graph, 0));
+    for (int i = 0; i < FIRST_NODES; i++)
+        check("cuGraphAddKernelNode", g.cuGraphAddKernelNode(&nodes[i], graph,
+                                                             i ? &nodes[i - 1] : NULL,
+                                                             i ? 1 : 0, &kp));
+    return graph;
+}
+
+/* Each way once (it: the sample), timed into inst/launch/e2e[way][it]. */
+static void first_step(enum fl_way w, int it, CUstream s, CUgraph graph, CUgraphExec warm,
+                       cupool_pipeline_t p, double *inst, double *launch, double *e2e)
+{
+    CUgraphExec e = NULL;
+    double t0 = now_ns(), t1 = t0;
+    switch (w) {
+    case FL_HAND:
+        check("cuGraphInstantiateWithFlags", g.cuGraphInstantiateWithFlags(&e, graph, 0));
+        t1 = now_ns();
+        break;
+    case FL_HAND_UPLOAD: {
+        CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+        memset(&ip, 0, sizeof ip);
+        ip.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+        ip.hUploadStream = s;
+        check("cuGraphInstantiateWithParams", g.cuGraphInstantiateWithParams(&e, graph, &ip));
+        t1 = now_ns();
+        break;
+    }
+    case FL_MISS:
+        check("cupool_trim", cupool_trim()); /* the next launch is a miss */
+        t0 = t1 = now_ns();
+        break;
+    case FL_HIT: /* re-cached, untimed, when a miss's trim dropped it */
+        check("cupool_pipeline_launch", cupool_pipeline_launch(p, s));
+        check("sync", g.cuStreamSynchronize(s));
+        t0 = t1 = now_ns();
+        break;
+    default:
+        break;
+    }
+    double t2;
+    if (w == FL_MISS || w == FL_HIT) {
+        check("cupool_pipeline_launch", cupool_pipeline_launch(p, s));
+        t2 = now_ns();
+    } else {
+        check("cuGraphLaunch", g.cuGraphLaunch(e ? e : warm, s));
+        t2 = now_ns();
+    }
+    check("sync", g.cuStreamSynchronize(s));
+    double t3 = now_ns();
+    inst[it] = t1 - t0;
+    launch[it] = t2 - t1;
+    e2e[it] = t3 - t1;
+    if (e)
+        check("cuGraphExecDestroy", g.cuGraphExecDestroy(e));
+}
+
+/* The first launches of new execs, `samples` of each way, the ways taking turns; only
+ * cupool's miss and hit with cupool_only (the second run). */
+static void first_launch(int samples, int cupool_only, struct first_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->samples = samples;
+    for (int w = 0; w < FL_COUNT; w++)
+        r->have_way[w] = !cupool_only || w == FL_MISS || w == FL_HIT;
+    if (!g.cuGraphInstantiateWithParams)
+        r->have_way[FL_HAND_UPLOAD] = 0;
+    CUstream s[FL_COUNT];
+    for (int w = 0; w < FL_COUNT; w++)
+        check("stream", g.cuStreamCreate(&s[w], CU_STREAM_NON_BLOCKING));
+    CUgraph graph = first_graph();
+    CUgraphExec warm = NULL;
+    if (r->have_way[FL_FLOOR]) {
+        check("instantiate", g.cuGraphInstantiateWithFlags(&warm, graph, 0));
+        check("warm launch", g.cuGraphLaunch(warm, s[FL_FLOOR]));
+        check("sync", g.cuStreamSynchronize(s[FL_FLOOR]));
+    }
+    cupool_pipeline_t miss, hit;
+    check("pipeline", cupool_pipeline_create(&miss));
+    check("pipeline", cupool_pipeline_create(&hit));
+    describe(miss, FIRST_NODES, 1);
+    describe(hit, FIRST_NODES, 1);
+    check("warm launch", cupool_pipeline_launch(hit, s[FL_HIT]));
+    check("sync", g.cuStreamSynchronize(s[FL_HIT]));
+    double *v = malloc(sizeof(double) * 3 * FL_COUNT * (size_t)samples);
+    if (!v)
+        check("memory", CUDA_ERROR_OUT_OF_MEMORY);
+#define V(k, w) (v + ((size_t)(k) * FL_COUNT + (size_t)(w)) * (size_t)samples)
+    cupool_graph_stats_t a = CUPOOL_GRAPH_STATS_INIT, b = CUPOOL_GRAPH_STATS_INIT;
+    cupool_graph_stats_get(&a);
+    for (int it = 0; it < samples; it++)
+        for (int k = 0; k < FL_COUNT; k++) {
+            enum fl_way w = (enum fl_way)((k + it) % FL_COUNT);
+            if (r->have_way[w])
+                first_step(w, it, s[w], graph, warm, w == FL_HIT ? hit : miss,
+                           V(0, w) + 0, V(1, w), V(2, w));
+        }
+    cupool_graph_stats_get(&b);
+    r->upload = b.uploads > a.uploads; /* the misses uploaded their execs */
+    for (int w = 0; w < FL_COUNT; w++)
+        if (r->have_way[w]) {
+            r->inst[w] = median(V(0, w), samples);
+            r->launch[w] = median(V(1, w), samples);
+            r->e2e[w] = median(V(2, w), samples);
+        }
+#undef V
+    free(v);
+    if (warm)
+        check("cuGraphExecDestroy", g.cuGraphExecDestroy(warm));
+    check("cuGraphDestroy", g.cuGraphDestroy(graph));
+    check("destroy", cupool_pipeline_destroy(miss));
+    check("destroy", cupool_pipeline_destroy(hit));
+    for (int w = 0; w < FL_COUNT; w++)
+        check("stream", g.cuStreamDestroy(s[w]));
+}
+
+/* cupool's miss with the other CUPOOL_GRAPH_UPLOAD: this program run again with the other
+ * setting and FIRST_ONLY_ENV, its one line read back. False when that run could not be made
+ * (no /proc/self/exe, a failed spawn): the figure is then missing, not guessed. */
+static int first_launch_other(int iters, struct first_result *r)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return 0;
+    exe[n] = '\0';
+    extern char **environ;
+    size_t ne = 0;
+    while (environ[ne])
+        ne++;
+    char **env = calloc(ne + 3, sizeof(*env));
+    if (!env)
+        return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (strncmp(environ[i], "CUPOOL_GRAPH_UPLOAD=", 20) != 0 &&
+            strncmp(environ[i], FIRST_ONLY_ENV "=", sizeof(FIRST_ONLY_ENV)) != 0)
+            env[k++] = environ[i];
+    env[k++] = r->upload ? "CUPOOL_GRAPH_UPLOAD=0" : "CUPOOL_GRAPH_UPLOAD=1";
+    env[k++] = FIRST_ONLY_ENV "=1";
+    env[k] = NULL;
+    char iters_s[32];
+    snprintf(iters_s, sizeof iters_s, "%d", iters);
+    char *argv[] = {exe, "graphs", "--graph-launches", iters_s, NULL};
+    int fds[2];
+    if (pipe(fds) != 0) {
+        free(env);
+        return 0;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    pid_t pid;
+    int rc = posix_spawn(&pid, exe, &fa, NULL, argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return 0;
+    }
+    char out[8192];
+    size_t got = 0;
+    for (ssize_t m; got < sizeof(out) - 1 && (m = read(fds[0], out + got, sizeof(out) - 1 - got)) > 0;)
+        got += (size_t)m;
+    out[got] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const char *line = strstr(out, "cupool-first-launch ");
+    int upload = -1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 && line &&
+           sscanf(line, "cupool-first-launch %lf %lf %d", &r->other_launch, &r->other_e2e,
+                  &upload) == 3 &&
+           upload == !r->upload;
+}
+
+static void print_first(const struct first_result *r, const char *label)
+{
+    printf("\ngraphs: the first launch of a new exec of %d kernels, us (medians of %d, each way "
+           "in turn)%s\n",
+           FIRST_NODES, r->samples, label);
+    printf("%-48s %12s %13s %13s %16s\n", "", "instantiate", "launch, host", "launch+sync",
+           "instantiate+l+s");
+    for (int w = 0; w < FL_COUNT; w++) {
+        char name[64];
+        if (w == FL_MISS)
+            snprintf(name, sizeof name, "cupool miss (whole call), CUPOOL_GRAPH_UPLOAD=%d",
+                     r->upload);
+        else
+            snprintf(name, sizeof name, "%s", fl_names[w]);
+        int by_hand = w == FL_HAND || w == FL_HAND_UPLOAD;
+        if (!r->have_way[w])
+            printf("%-48s %12s %13s %13s %16s\n", name, "n/a", "n/a", "n/a", "n/a");
+        else if (by_hand)
+            printf("%-48s %12.2f %13.2f %13.2f %16.2f\n", name, r->inst[w] / 1e3,
+                   r->launch[w] / 1e3, r->e2e[w] / 1e3, (r->inst[w] + r->e2e[w]) / 1e3);
+        else
+            printf("%-48s %12s %13.2f %13.2f %16s\n", name, "-", r->launch[w] / 1e3,
+                   r->e2e[w] / 1e3, "-");
+        if (w != FL_MISS)
+            continue;
+        snprintf(name, sizeof name, "cupool miss (another run), CUPOOL_GRAPH_UPLOAD=%d",
+                 !r->upload);
+        if (r->other_ok)
+            printf("%-48s %12s %13.2f %13.2f %16s\n", name, "-", r->other_launch / 1e3,
+                   r->other_e2e / 1e3, "-");
+        else
+            printf("%-48s (the second run could not be made)\n", name);
+    }
+    if (r->have_way[FL_HAND_UPLOAD])
+        printf("by hand, upload at instantiation against none, same run: first launch %+.2f us "
+               "(host), %+.2f us (launch+sync); instantiation %+.2f us\n",
+               (r->launch[FL_HAND_UPLOAD] - r->launch[FL_HAND]) / 1e3,
+               (r->e2e[FL_HAND_UPLOAD] - r->e2e[FL_HAND]) / 1e3,
+               (r->inst[FL_HAND_UPLOAD] - r->inst[FL_HAND]) / 1e3);
+    printf("(a miss builds the graph, clones it and instantiates the clone within the call: its "
+           "floor is instantiate+l+s by hand; a first launch's excess over the warm exec's is "
+           "the upload and a first run's own cost)\n");
+}
+
+static void json_first(FILE *f, const struct first_result *r)
+{
+    fprintf(f, ",\"first_launch\":{\"nodes\":%d,\"samples\":%d,\"cupool_graph_upload\":%d",
+            FIRST_NODES, r->samples, r->upload);
+    for (int w = 0; w < FL_COUNT; w++) {
+        if (!r->have_way[w])
+            continue;
+        fprintf(f, ",\"%s\":{", fl_keys[w]);
+        if (w == FL_HAND || w == FL_HAND_UPLOAD)
+            fprintf(f, "\"instantiate_us\":%.4f,", r->inst[w] / 1e3);
+        fprintf(f, "\"launch_host_us\":%.4f,\"launch_sync_us\":%.4f}", r->launch[w] / 1e3,
+                r->e2e[w] / 1e3);
+    }
+    if (r->other_ok)
+        fprintf(f, ",\"cupool_miss_other_run\":{\"cupool_graph_upload\":%d,\"launch_host_us\":%.4f,"
+                   "\"launch_sync_us\":%.4f}",
+                !r->upload, r->other_launch / 1e3, r->other_e2e / 1e3);
+    fprintf(f, "}");
+}
+
 #define GET(name, v) check(#name, cupool_driver_get_proc(#name, v, (void **)&g.name))
 
 static const int alt_sizes[] = {1, 2, 4, 8, 16, 64};
@@ -742,6 +1032,9 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     GET(cuGraphDestroy, 10000);
     GET(cuCtxSetCurrent, 4000);
     GET(cuStreamDestroy, 4000);
+    if (cupool_driver_get_proc("cuGraphInstantiateWithParams", 12000,
+                               (void **)&g.cuGraphInstantiateWithParams) != CUDA_SUCCESS)
+        g.cuGraphInstantiateWithParams = NULL; /* that way is then n/a */
     CUmodule mod;
     check("module", g.cuModuleLoadData(&mod, tu_kernels_ptx));
     check("add_u32", g.cuModuleGetFunction(&add_u32, mod, "add_u32"));
@@ -749,6 +1042,14 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     check("spin", g.cuModuleGetFunction(&spin, mod, "spin"));
     check("alloc", g.cuMemAlloc(&counter, 4));
     check("stream", g.cuStreamCreate(&g_sync_stream, CU_STREAM_NON_BLOCKING));
+    int first_samples = iters < 40 ? iters : 40;
+    if (getenv(FIRST_ONLY_ENV)) { /* the second run of first_launch_other */
+        struct first_result fr;
+        first_launch(first_samples, 1, &fr);
+        printf("cupool-first-launch %.1f %.1f %d\n", fr.launch[FL_MISS], fr.e2e[FL_MISS],
+               fr.upload);
+        return 0;
+    }
 
     static const int sizes[3] = {1, 10, 50};
     double host[3][W_COUNT], e2e[3][W_COUNT], streamed[3][3];
@@ -777,6 +1078,9 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     double hand1 = throughput(1, launches, 1), hand8 = throughput(8, launches, 1);
     double shared8 = throughput(8, launches, 2);
     double late8 = throughput(8, launches, 3);
+    struct first_result first;
+    first_launch(first_samples, 0, &first);
+    first.other_ok = first_launch_other(iters, &first);
     cupool_graph_stats_t st = CUPOOL_GRAPH_STATS_INIT;
     cupool_graph_stats_get(&st);
 
@@ -806,8 +1110,10 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
                     desc[i].over_hit, desc[i].fill_over_floor);
         fprintf(json, "],\"throughput_kernels_per_s\":{\"cupool_1\":%.0f,\"cupool_8\":%.0f,"
                       "\"hand_1\":%.0f,\"hand_8\":%.0f,\"hand_8_one_graph\":%.0f,"
-                      "\"hand_8_late\":%.0f},",
+                      "\"hand_8_late\":%.0f}",
                 one, eight, hand1, hand8, shared8, late8);
+        json_first(json, &first);
+        fprintf(json, ",");
         fprintf(json, "\"cache\":{\"launches\":%llu,\"hits\":%llu,\"misses\":%llu,"
                       "\"instantiations\":%llu,\"nodes_updated\":%llu,\"nodes_compared\":%llu,"
                       "\"claims_lock_free\":%llu,\"claims_locked\":%llu,\"evictions\":%llu}}",
@@ -906,6 +1212,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
            spin_ns / 1000, one, eight, eight / one,
            (unsigned long long)(s1.instantiations - s0.instantiations),
            (unsigned long long)(s1.nodes_updated - s0.nodes_updated), label);
+    print_first(&first, label);
     printf("graph cache: %llu launches, %llu hits, %llu misses, %llu instantiations, %llu "
            "nodes updated, %llu nodes compared, %llu evictions, %llu entries, %llu execs, "
            "%llu bytes; %llu claims lock-free, %llu locked\n",

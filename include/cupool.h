@@ -471,6 +471,64 @@ CUPOOL_API CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunctio
                                            unsigned int block_y, unsigned int block_z,
                                            unsigned int shared_bytes, void **args,
                                            cupool_node_t *node);
+/** The most launch attributes one cupool_pipeline_kernel_ex() call takes (entries of
+ * attrs[], CU_LAUNCH_ATTRIBUTE_IGNORE ones included). */
+#define CUPOOL_PIPELINE_ATTRS_MAX 16
+
+/**
+ * Appends a kernel launch with launch attributes, shaped like cuLaunchKernelEx: the launch as
+ * cupool_pipeline_kernel() takes it (grid and block dimensions, dynamic shared memory in bytes,
+ * args copied now), and attrs[0 .. nattrs-1] as a CUlaunchConfig's attrs (copied now; attrs
+ * may be NULL when nattrs is 0). Attributes taken (each at most once; CU_LAUNCH_ATTRIBUTE_IGNORE
+ * entries are skipped):
+ *  - CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: thread-block cluster (blocks; each dimension at
+ *    least 1 and dividing the grid's). Compute capability 9.0 or newer;
+ *  - CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION: a multiple of the cluster dimension (1 x 1
+ *    x 1 without one) dividing the grid;
+ *  - CU_LAUNCH_ATTRIBUTE_COOPERATIVE (nonzero: a cooperative launch; the grid must fit on the
+ *    device at once, which the driver checks when it launches);
+ *  - CU_LAUNCH_ATTRIBUTE_PRIORITY: the kernel's priority. A pipeline with one kernel giving a
+ *    priority is instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: its graph's
+ *    kernels then run at their nodes' priorities, those without one at the driver's default
+ *    for a node, not at the stream's (node by node, with CUPOOL_GRAPH_DISABLE, they run at the
+ *    stream's);
+ *  - CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (nonzero: the kernel may begin
+ *    before the kernels it depends on finish, and waits for them with
+ *    cudaGridDependencySynchronize()): in the graph, its dependencies on kernel nodes become
+ *    programmatic edges, as a stream capture makes them. Compute capability 9.0 or newer;
+ *  - CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN (a CUlaunchMemSyncDomain) and
+ *    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP;
+ *  - CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (a CUclusterSchedulingPolicy).
+ * Every attribute is part of the pipeline's signature, as the function is: the driver cannot
+ * change a kernel node's attributes in an instantiated graph (on an H200 it accepted an
+ * update of a cluster dimension and went on launching the old one), so a launch whose
+ * attributes differ from every cached description's is a miss that instantiates a graph of
+ * its own, counted in the graph statistics; a launch with the attributes of a cached one is a
+ * hit that patches only arguments, grid, block and shared memory, as for any kernel. In the
+ * graph, the attributes are set on the kernel node (cuGraphKernelNodeSetAttribute); launched
+ * node by node (CUPOOL_GRAPH_DISABLE=1) the kernel goes to cuLaunchKernelEx with the same
+ * attributes. No attribute (nattrs 0, or IGNORE only): the same as cupool_pipeline_kernel().
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (what cupool_pipeline_kernel() refuses;
+ * attrs NULL with nattrs > 0; nattrs above CUPOOL_PIPELINE_ATTRS_MAX; an attribute not taken,
+ * named in the message; one given twice; a value out of its range: a cluster dimension of 0
+ * or one that does not divide the grid, a preferred cluster dimension that is not a multiple
+ * of it, an unknown memory sync domain or scheduling policy); CUDA_ERROR_NOT_SUPPORTED (a
+ * driver lacking an entry point these attributes need, named in the message:
+ * cuGraphKernelNodeSetAttribute; cuGraphAddDependencies with edge data, CUDA 12.3, for
+ * programmatic stream serialization; cuLaunchKernelEx when pipelines launch node by node;
+ * or what cupool_pipeline_kernel() needs); CUDA_ERROR_OUT_OF_MEMORY; a driver error of
+ * cuFuncGetParamInfo. A failed add changes nothing and is remembered, as for every add. A
+ * launch shape the driver refuses with these attributes (too large a cooperative grid, a
+ * cluster larger than the device takes) is its error at cupool_pipeline_launch().
+ * Thread-safety: as every add, one thread at a time per pipeline.
+ */
+CUPOOL_API CUresult cupool_pipeline_kernel_ex(cupool_pipeline_t pipeline, CUfunction f,
+                                              unsigned int grid_x, unsigned int grid_y,
+                                              unsigned int grid_z, unsigned int block_x,
+                                              unsigned int block_y, unsigned int block_z,
+                                              unsigned int shared_bytes, void **args,
+                                              const CUlaunchAttribute *attrs,
+                                              unsigned int nattrs, cupool_node_t *node);
 /** Appends a memset of count elements of element_bytes (1 or 4) at dst to value (its low
  * byte for 1-byte elements). CUDA_ERROR_INVALID_VALUE: dst 0, count 0, another size. */
 CUPOOL_API CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst,
@@ -564,10 +622,11 @@ typedef struct cupool_graph_stats {
     uint64_t instantiations;  /**< cuGraphInstantiate calls (misses, extra execs, retries) */
     uint64_t updates;         /**< launches that updated at least one node */
     uint64_t nodes_updated;   /**< node parameter updates */
-    uint64_t update_failures; /**< updates not made: refused by the driver, or of a capture whose
-                                   kernels changed a launch attribute the driver does not update
-                                   in place (cluster dimension, cooperative, ...); the exec was
-                                   instantiated afresh */
+    uint64_t update_failures; /**< updates not made and cured by instantiating the exec afresh:
+                                   refused by the driver (update_<reason>, node_update_refusals
+                                   say why), or of a capture whose kernels changed a launch
+                                   attribute the driver does not update in place (cluster
+                                   dimension, cooperative, ...) */
     uint64_t evictions;       /**< cache entries evicted (by the bounds or cupool_trim) */
     uint64_t eager_launches;  /**< launches made node by node (CUPOOL_GRAPH_DISABLE) */
     uint64_t entries;         /**< entries cached now */
@@ -581,11 +640,43 @@ typedef struct cupool_graph_stats {
                                     launch: none for a pipeline refilled unchanged, only the
                                     nodes that changed since its last launch otherwise, every
                                     node when the exec last ran another description */
+    /* (fields below: since the second version of this struct; a caller whose size ends
+     * before them gets none of them) */
+    uint64_t uploads;          /**< execs uploaded on their launch's stream as they were
+                                    instantiated (cuGraphInstantiateWithParams with
+                                    CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD), so that their first
+                                    launch did not upload them (CUPOOL_GRAPH_UPLOAD) */
+    /* Refused updates of a capture (cuGraphExecUpdate, CUPOOL_CAPTURE_UPDATE), one counter per
+     * reason its result info gave (CU_GRAPH_EXEC_UPDATE_ERROR_<reason>): */
+    uint64_t update_topology_changed;    /**< TOPOLOGY_CHANGED */
+    uint64_t update_node_type_changed;   /**< NODE_TYPE_CHANGED */
+    uint64_t update_function_changed;    /**< FUNCTION_CHANGED */
+    uint64_t update_parameters_changed;  /**< PARAMETERS_CHANGED */
+    uint64_t update_not_supported;       /**< NOT_SUPPORTED */
+    uint64_t update_unsupported_function_change; /**< UNSUPPORTED_FUNCTION_CHANGE */
+    uint64_t update_attributes_changed;  /**< ATTRIBUTES_CHANGED, and the recaptures cupool
+                                              itself does not update because a kernel changed
+                                              a launch attribute the driver does not update in
+                                              place (see update_failures) */
+    uint64_t update_other;               /**< CU_GRAPH_EXEC_UPDATE_ERROR, a reason unknown to
+                                              this cupool, or the call failing with an error
+                                              other than CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+    uint64_t node_update_refusals;       /**< a pipeline's node updates the driver refused
+                                              (cuGraphExec*NodeSetParams, cuGraphExecEvent*
+                                              NodeSetEvent) */
+    uint64_t update_errors;              /**< refusals (of either kind) that a new instantiation
+                                              would not cure (a destroyed or broken context, the
+                                              driver gone, no memory): the launch returned the
+                                              error and launched nothing. Every other refusal
+                                              instantiated afresh (update_failures) */
 } cupool_graph_stats_t;
 
 /** The size of the first version of cupool_graph_stats_t (the smallest accepted). */
 #define CUPOOL_GRAPH_STATS_SIZE_V1 \
     (offsetof(cupool_graph_stats_t, nodes_compared) + sizeof(uint64_t))
+/** The size of its second version (uploads and the refused updates by reason). */
+#define CUPOOL_GRAPH_STATS_SIZE_V2 \
+    (offsetof(cupool_graph_stats_t, update_errors) + sizeof(uint64_t))
 /** Initialiser: `cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;` */
 #define CUPOOL_GRAPH_STATS_INIT CUPOOL_STATS_INIT_(cupool_graph_stats_t)
 

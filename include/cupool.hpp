@@ -609,6 +609,30 @@ public:
         return try_kernel(f, grid, block, shared_bytes,
                           args.size() ? const_cast<void **>(args.begin()) : nullptr, node);
     }
+    /** A kernel launch with launch attributes, shaped like cuLaunchKernelEx
+     *  (cupool_pipeline_kernel_ex): as try_kernel, and attrs[0 .. nattrs-1] (cluster
+     *  dimension, cooperative, priority, programmatic stream serialization, ...: see cupool.h;
+     *  each is part of the pipeline's signature). Errors: those of try_kernel,
+     *  CUDA_ERROR_INVALID_VALUE for an attribute not taken, given twice or out of range,
+     *  CUDA_ERROR_NOT_SUPPORTED for a driver lacking what it needs. */
+    CUresult try_kernel_ex(CUfunction f, dim3 grid, dim3 block, unsigned int shared_bytes,
+                           void **args, const CUlaunchAttribute *attrs, unsigned int nattrs,
+                           cupool_node_t *node = nullptr) noexcept
+    {
+        return cupool_pipeline_kernel_ex(p_, f, grid.x, grid.y, grid.z, block.x, block.y,
+                                         block.z, shared_bytes, args, attrs, nattrs, node);
+    }
+    /** As above, the parameter pointers and the attributes given as lists. */
+    CUresult try_kernel_ex(CUfunction f, dim3 grid, dim3 block, unsigned int shared_bytes,
+                           std::initializer_list<void *> args,
+                           std::initializer_list<CUlaunchAttribute> attrs,
+                           cupool_node_t *node = nullptr) noexcept
+    {
+        return try_kernel_ex(f, grid, block, shared_bytes,
+                             args.size() ? const_cast<void **>(args.begin()) : nullptr,
+                             attrs.size() ? attrs.begin() : nullptr,
+                             static_cast<unsigned int>(attrs.size()), node);
+    }
     /** A memset of count elements of element_bytes (1 or 4) at dst to value
      *  (cupool_pipeline_memset). CUDA_ERROR_INVALID_VALUE: dst 0, count 0, another size. */
     CUresult try_memset(CUdeviceptr dst, unsigned int value, unsigned int element_bytes,
@@ -679,6 +703,23 @@ public:
     {
         cupool_node_t n = 0;
         check(try_kernel(f, grid, block, shared_bytes, args, &n), "cupool_pipeline_kernel");
+        return n;
+    }
+    cupool_node_t kernel_ex(CUfunction f, dim3 grid, dim3 block, unsigned int shared_bytes,
+                            void **args, const CUlaunchAttribute *attrs, unsigned int nattrs)
+    {
+        cupool_node_t n = 0;
+        check(try_kernel_ex(f, grid, block, shared_bytes, args, attrs, nattrs, &n),
+              "cupool_pipeline_kernel_ex");
+        return n;
+    }
+    cupool_node_t kernel_ex(CUfunction f, dim3 grid, dim3 block, unsigned int shared_bytes,
+                            std::initializer_list<void *> args,
+                            std::initializer_list<CUlaunchAttribute> attrs)
+    {
+        cupool_node_t n = 0;
+        check(try_kernel_ex(f, grid, block, shared_bytes, args, attrs, &n),
+              "cupool_pipeline_kernel_ex");
         return n;
     }
     cupool_node_t memset(CUdeviceptr dst, unsigned int value, unsigned int element_bytes,

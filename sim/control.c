@@ -292,3 +292,13 @@ size_t fakecuda_slab_bytes(void)
 {
     return slab_bytes;
 }
+
+unsigned long fakecuda_graph_uploads(void)
+{
+    return atomic_load(&g_uploads);
+}
+
+unsigned long fakecuda_graph_launch_uploads(void)
+{
+    return atomic_load(&g_launch_uploads);
+}

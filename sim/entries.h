@@ -86,6 +86,7 @@
     X(cuLaunchKernel, 4000, cuLaunchKernel) \
     X(cuLaunchKernelEx, 11060, cuLaunchKernelEx) \
     X(cuGraphKernelNodeGetAttribute, 11000, cuGraphKernelNodeGetAttribute) \
+    X(cuGraphKernelNodeSetAttribute, 11000, cuGraphKernelNodeSetAttribute) \
     X(cuGraphKernelNodeSetParams, 12000, cuGraphKernelNodeSetParams_v2) \
     X(cuGraphMemsetNodeSetParams, 10000, cuGraphMemsetNodeSetParams) \
     X(cuGraphMemcpyNodeSetParams, 10000, cuGraphMemcpyNodeSetParams) \
@@ -109,6 +110,8 @@
     X(cuGraphInstantiate, 10000, cuGraphInstantiate_v2) \
     Y(cuGraphInstantiate, 11000, cuGraphInstantiate_v2) \
     Y(cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags) \
+    X(cuGraphInstantiateWithParams, 12000, cuGraphInstantiateWithParams) \
+    X(cuGraphUpload, 11010, cuGraphUpload) \
     X(cuGraphExecDestroy, 10000, cuGraphExecDestroy) \
     X(cuGraphLaunch, 10000, cuGraphLaunch) \
     X(cuGraphExecKernelNodeSetParams, 12000, cuGraphExecKernelNodeSetParams_v2) \

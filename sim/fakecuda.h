@@ -31,13 +31,36 @@
  *    kernel node, and a new value, element size or destination for a memset node;
  *    cuGraphExecUpdate refuses a changed topology; cuFuncGetParamInfo gives naturally
  *    aligned offsets and CUDA_ERROR_INVALID_VALUE past the last parameter;
- *  - cuLaunchKernelEx takes the launch attributes cluster dimension (which must divide the
- *    grid), preferred cluster dimension, cooperative, cluster scheduling policy, memory sync
- *    domain and priority; a capture keeps them on its kernel nodes
- *    (cuGraphKernelNodeGetAttribute); cuGraphExecUpdate accepts a changed cluster dimension
- *    but does not apply it to an exec that has been launched (seen on an H200), and refuses a
- *    changed cooperative attribute (documented); kernel-node parameter updates keep the
- *    node's attributes;
+ *  - cuLaunchKernelEx takes the launch attributes cluster dimension (at least 1 in each
+ *    dimension, dividing the grid, at most 8 blocks), preferred cluster dimension (a multiple
+ *    of it, dividing the grid), cooperative, cluster scheduling policy, memory sync domain and
+ *    domain map (known values only), priority and programmatic stream serialization (anything
+ *    else: CUDA_ERROR_NOT_SUPPORTED); cuGraphKernelNodeSetAttribute takes the same but
+ *    programmatic stream serialization, which a graph expresses as an edge of type
+ *    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC between two kernel nodes (cuGraphAddDependencies
+ *    from 12030 with edge data; a capture makes one for such a launch after a kernel), and
+ *    refuses what it does not take with CUDA_ERROR_INVALID_VALUE; a capture keeps them on its
+ *    kernel nodes (cuGraphKernelNodeGetAttribute); an exec keeps the attributes its nodes had
+ *    when it was instantiated; a kernel node's parameters (graph or exec) whose grid the
+ *    node's cluster dimension does not divide are refused with CUDA_ERROR_INVALID_VALUE,
+ *    other parameter updates keep the node's attributes; a cooperative grid too large for
+ *    the device is not checked;
+ *  - a kernel runs at its priority attribute when launched with one, else at its stream's; in
+ *    a graph at its node's priority attribute only when the exec was instantiated with
+ *    CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY (a captured node's is the capturing
+ *    stream's unless the launch gave one), else at the launch stream's (cuda.h);
+ *  - cuGraphExecUpdate refuses a changed topology (edge types included), a changed node type,
+ *    and, as documented, a changed cooperative attribute, or a changed priority in an exec
+ *    instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+ *    (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED), naming the node of the new graph; it
+ *    accepts a changed cluster dimension but does not apply it to an exec that has been
+ *    launched (seen on an H200), nor, taken as alike, a changed preferred cluster dimension,
+ *    cluster scheduling policy, memory sync domain or domain map;
+ *  - cuGraphInstantiateWithParams with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD uploads the exec on
+ *    hUploadStream (a stream of the graph's context, not capturing:
+ *    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED otherwise) and sets result_out; the flag is refused
+ *    by cuGraphInstantiateWithFlags (documented as WithParams only); cuGraphUpload uploads an
+ *    exec; the first launch of an exec not uploaded uploads it (fakecuda_graph_uploads);
  *  - a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and breaks every context.
  * Work is executed lazily: a stream's queued operations run in order when the stream, an
  * event recorded on it, or the context is synchronised, when a synchronous copy runs, or when
@@ -90,6 +113,16 @@ int fakecuda_live_execs(void);
 /** cuGraphExecDestroy calls on an exec whose launches were still queued (the destroy may
  * wait for them: FAKECUDA_DESTROY_WAITS=1 makes it). */
 unsigned long fakecuda_exec_destroy_waits(void);
+/** Graph execs uploaded since load: at instantiation (CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD), by
+ * cuGraphUpload, or by the first launch of an exec not uploaded before. */
+unsigned long fakecuda_graph_uploads(void);
+/** Of those, the uploads a launch made (the first launch of an exec not uploaded before). */
+unsigned long fakecuda_graph_launch_uploads(void);
+/** The next `count` cuGraphExecUpdate calls that would succeed are refused instead with
+ * `reason` (result CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, errorNode the new graph's first
+ * node), for tests of what a caller does with each reason. CU_GRAPH_EXEC_UPDATE_SUCCESS or
+ * count 0: none. */
+void fakecuda_exec_update_refuse(CUgraphExecUpdateResult reason, unsigned count);
 
 /** Number of calls made to an entry point, by its base name without _v2/_ptsz suffixes
  *  (e.g. "cuStreamCreateWithPriority", "cuStreamDestroy"), since load or the last reset. */
@@ -144,10 +177,39 @@ typedef void (*fakecuda_kernel_fn)(void **args, const unsigned int grid[3],
  *                                   H200 a trap leaves the whole process unusable)
  *   cluster_width(uint64 ptr)       ((uint32 *)ptr)[b] = the launch's cluster width (x; 1
  *                                   without a cluster) for every block b of the grid
+ *   cluster_rank(uint64 ptr)        ((uint32 *)ptr)[t] = %clusterid.x << 16 |
+ *                                   %cluster_nctarank << 8 | %cluster_ctarank for every thread
+ *                                   t = blockIdx.x * blockDim.x + threadIdx.x (a grid and
+ *                                   blocks of one dimension; no cluster: one block each)
+ *   launch_attrs(uint64 ptr)        ((uint32 *)ptr)[FAKECUDA_LA_*] = the launch attributes the
+ *                                   kernel ran with (FAKECUDA_LAUNCH_ATTRS_WORDS words)
  * Returns 0, or -1 if the table is full or the arguments are bad.
  */
 int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_sizes,
                              fakecuda_kernel_fn fn);
+
+/** The words the builtin kernel launch_attrs writes: the cluster dimension (1 x 1 x 1
+ * without one), cooperative (0 or 1), the priority the kernel ran at (a signed value:
+ * see above), whether it could overlap the kernel before it (1: programmatic stream
+ * serialization at launch, or a programmatic edge in a graph), the memory sync domain, the
+ * cluster scheduling policy, the preferred cluster dimension (0 without one), the memory
+ * sync domain map (default, remote). */
+enum fakecuda_launch_attrs_word {
+    FAKECUDA_LA_CLUSTER_X = 0,
+    FAKECUDA_LA_CLUSTER_Y,
+    FAKECUDA_LA_CLUSTER_Z,
+    FAKECUDA_LA_COOPERATIVE,
+    FAKECUDA_LA_PRIORITY,
+    FAKECUDA_LA_PROGRAMMATIC,
+    FAKECUDA_LA_MEM_SYNC_DOMAIN,
+    FAKECUDA_LA_CLUSTER_POLICY,
+    FAKECUDA_LA_PREFERRED_CLUSTER_X,
+    FAKECUDA_LA_PREFERRED_CLUSTER_Y,
+    FAKECUDA_LA_PREFERRED_CLUSTER_Z,
+    FAKECUDA_LA_SYNC_MAP_DEFAULT,
+    FAKECUDA_LA_SYNC_MAP_REMOTE,
+    FAKECUDA_LAUNCH_ATTRS_WORDS
+};
 
 #ifdef __cplusplus
 }

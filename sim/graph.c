@@ -130,6 +130,8 @@ CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
         if (r == CUDA_SUCCESS) {
             copy[n->index] = (struct fc_node *)made;
             copy[n->index]->origin = n;
+            for (size_t j = 0; r == CUDA_SUCCESS && j < n->ndeps; j++)
+                r = node_dep_set_type(copy[n->index], j, node_dep_type(n, j));
         }
     }
     graph_use_end(slot);
@@ -192,10 +194,13 @@ void graph_use_end(int slot)
 }
 
 /* Turns the operations recorded by a capture into a chain of nodes (each depends on the one
- * before), as the driver does for work captured on one stream. */
+ * before), as the driver does for work captured on one stream. A kernel launched with
+ * programmatic stream serialization after a kernel depends on it through a programmatic
+ * edge. */
 CUresult capture_to_nodes(struct fc_graph *g)
 {
     CUgraphNode prev = NULL;
+    CUgraphNodeType prev_type = CU_GRAPH_NODE_TYPE_EMPTY;
     while (g->head) {
         struct fc_op *op = g->head;
         g->head = op->next;
@@ -231,11 +236,17 @@ CUresult capture_to_nodes(struct fc_graph *g)
             op = NULL;
             break;
         }
+        int programmatic = op && op->kind == OP_KERNEL && op->u.k.programmatic;
+        if (programmatic)
+            op->u.k.programmatic = 0; /* an edge's property in a graph */
         CUgraphNode n;
         CUresult r = node_add(g, type, op, ev, prev ? &prev : NULL, prev ? 1 : 0, &n);
+        if (r == CUDA_SUCCESS && prev && programmatic && prev_type == CU_GRAPH_NODE_TYPE_KERNEL)
+            r = node_dep_set_type((struct fc_node *)n, 0, CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC);
         if (r != CUDA_SUCCESS)
             return r;
         prev = n;
+        prev_type = type;
     }
     return CUDA_SUCCESS;
 }
@@ -281,8 +292,11 @@ CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned
     }
     for (struct fc_node *n = g->nhead; n; n = n->next)
         for (size_t i = 0; i < n->ndeps; i++)
-            fprintf(f, "\"graph_1_node_%zu\" -> \"graph_1_node_%zu\";\n", n->deps[i]->index,
-                    n->index);
+            fprintf(f, "\"graph_1_node_%zu\" -> \"graph_1_node_%zu\"%s;\n", n->deps[i]->index,
+                    n->index,
+                    node_dep_type(n, i) == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+                        ? " [style=\"dashed\" label=\"programmatic\"]"
+                        : "");
     fprintf(f, "}\n}\n");
     int bad = ferror(f);
     if (fclose(f) != 0 || bad)

@@ -40,6 +40,7 @@ void exec_free(struct fc_exec *e)
     free(e->node);
     free(e->dep_index);
     free(e->dep_start);
+    free(e->dep_type);
     e->magic = 0;
     free(e);
     atomic_fetch_sub(&g_live_execs, 1);
@@ -89,10 +90,11 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
         e->node = calloc(n ? n : 1, sizeof *e->node);
         e->dep_index = calloc(nd ? nd : 1, sizeof *e->dep_index);
         e->dep_start = calloc(n + 1, sizeof *e->dep_start);
+        e->dep_type = calloc(nd ? nd : 1, 1);
     }
     CUresult r = CUDA_SUCCESS;
     if (!e || !order || !pos || !e->type || !e->tmpl || !e->ev || !e->node || !e->dep_index ||
-        !e->dep_start)
+        !e->dep_start || !e->dep_type)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     int ok = r == CUDA_SUCCESS ? topo_order(g, order) : 0;
     if (r == CUDA_SUCCESS && ok < 0)
@@ -112,10 +114,17 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
             e->type[i] = x->type;
             e->node[i] = x;
             e->dep_start[i] = k;
-            for (size_t j = 0; j < x->ndeps; j++)
+            int programmatic = 0;
+            for (size_t j = 0; j < x->ndeps; j++) {
+                e->dep_type[k] = (unsigned char)node_dep_type(x, j);
+                programmatic |= e->dep_type[k] == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
                 e->dep_index[k++] = pos[x->deps[j]->index];
+            }
             if (x->tmpl && !(e->tmpl[i] = op_clone(x->tmpl)))
                 r = CUDA_ERROR_OUT_OF_MEMORY;
+            /* a kernel reached through a programmatic edge may overlap its predecessor */
+            if (r == CUDA_SUCCESS && x->type == CU_GRAPH_NODE_TYPE_KERNEL)
+                e->tmpl[i]->u.k.programmatic = programmatic;
             if (x->ev && x->ev->h.state != ST_LIVE)
                 die("instantiating a graph whose event node names event %p, destroyed since "
                     "(on an H200 cuGraphInstantiateWithFlags crashed; cloning, destroying and "
@@ -139,7 +148,7 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
                     event_unref(e->ev[i]);
             }
             free(e->type), free(e->tmpl), free(e->ev), free(e->node);
-            free(e->dep_index), free(e->dep_start), free(e);
+            free(e->dep_index), free(e->dep_start), free(e->dep_type), free(e);
         }
         return r;
     }
@@ -156,28 +165,60 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
  * queued work drained (2 of 44 trials; none from a clone of the graph). */
 _Atomic unsigned long g_inst_of_launched;
 
-static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+_Atomic unsigned long g_uploads;        /* execs uploaded, however */
+_Atomic unsigned long g_launch_uploads; /* of which by their first launch */
+
+/* Instantiates hGraph. Flags: CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY (kernels run at
+ * their nodes' priority attribute instead of the launch stream's); CUDA_GRAPH_INSTANTIATE_
+ * FLAG_UPLOAD with upload (cuGraphInstantiateWithParams only, as documented): the exec is
+ * uploaded on that stream now, so that its first launch does not upload it. Any other flag:
+ * CUDA_ERROR_INVALID_VALUE. *why gets the CUgraphInstantiateResult, *err_node the node at
+ * fault (a cycle), for cuGraphInstantiateWithParams. */
+static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags,
+                            int with_params, struct fc_stream *upload,
+                            CUgraphInstantiateResult *why, CUgraphNode *err_node)
 {
     struct fc_graph *g;
-    if (!phGraphExec || flags)
-        return CUDA_ERROR_INVALID_VALUE; /* no instantiate flag is simulated */
+    *why = CUDA_GRAPH_INSTANTIATE_ERROR;
+    *err_node = NULL;
+    unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY |
+                               (with_params ? CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD : 0);
+    if (!phGraphExec || (flags & ~known))
+        return CUDA_ERROR_INVALID_VALUE;
     CUresult r = get_graph(hGraph, &g);
     if (r != CUDA_SUCCESS)
         return r;
+    if (!(flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD))
+        upload = NULL;
+    if (upload && upload->ctx != g->ctx)
+        return CUDA_ERROR_INVALID_VALUE;
     if (g->exec_launched)
         atomic_fetch_add(&g_inst_of_launched, 1);
     struct fc_exec *e;
     r = exec_build(g, &e);
-    if (r == CUDA_SUCCESS)
-        *phGraphExec = (CUgraphExec)e;
-    return r;
+    if (r == CUDA_ERROR_INVALID_VALUE) { /* a cycle */
+        *why = CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE;
+        *err_node = (CUgraphNode)g->nhead;
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    e->node_priority = (flags & CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY) != 0;
+    if (upload) {
+        e->uploaded = 1;
+        atomic_fetch_add(&g_uploads, 1);
+    }
+    *why = CUDA_GRAPH_INSTANTIATE_SUCCESS;
+    *phGraphExec = (CUgraphExec)e;
+    return CUDA_SUCCESS;
 }
 
 static CUresult instantiate_entry(CUgraphExec *phGraphExec, CUgraph hGraph,
                                   unsigned long long flags)
 {
     ENTER(cuGraphInstantiate, 1);
-    return leave(instantiate(phGraphExec, hGraph, flags));
+    CUgraphInstantiateResult why;
+    CUgraphNode err_node;
+    return leave(instantiate(phGraphExec, hGraph, flags, 0, NULL, &why, &err_node));
 }
 
 /* An instantiation while another thread is inside cuGraphLaunch: on an H200 both calls can
@@ -207,6 +248,60 @@ CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
     graph_use_end(slot);
     inst_end();
     return r;
+}
+
+static CUresult instantiate_params(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                  CUDA_GRAPH_INSTANTIATE_PARAMS *params)
+{
+    ENTER(cuGraphInstantiateWithParams, 1);
+    if (!params)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    struct fc_stream *s = NULL;
+    CUresult r = CUDA_SUCCESS;
+    if (params->flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD)
+        r = get_stream(params->hUploadStream, &s, 1);
+    if (r == CUDA_SUCCESS && s && s->cap != CU_STREAM_CAPTURE_STATUS_NONE)
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* no upload into a capture */
+    CUgraphInstantiateResult why = CUDA_GRAPH_INSTANTIATE_ERROR;
+    CUgraphNode err_node = NULL;
+    if (r == CUDA_SUCCESS)
+        r = instantiate(phGraphExec, hGraph, params->flags, 1, s, &why, &err_node);
+    params->result_out = why;
+    params->hErrNode_out = err_node;
+    return leave(r);
+}
+
+/* cuGraphInstantiateWithParams: as cuGraphInstantiateWithFlags, with
+ * CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD (the exec uploaded on hUploadStream, which must be a
+ * stream of the graph's context that is not capturing) and the result written to
+ * result_out and hErrNode_out. */
+CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                              CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+    inst_begin();
+    int slot = graph_use_begin(hGraph);
+    CUresult r = instantiate_params(phGraphExec, hGraph, instantiateParams);
+    graph_use_end(slot);
+    inst_end();
+    return r;
+}
+
+/* Uploads an exec on a stream (counted; once uploaded, a launch uploads nothing). */
+CUresult CUDAAPI cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{
+    ENTER(cuGraphUpload, 1);
+    struct fc_exec *e;
+    struct fc_stream *s;
+    CUresult r = get_exec(hGraphExec, &e);
+    if (r == CUDA_SUCCESS)
+        r = get_stream(hStream, &s, 1);
+    if (r == CUDA_SUCCESS && s->ctx != e->ctx)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && !e->uploaded) {
+        e->uploaded = 1;
+        atomic_fetch_add(&g_uploads, 1);
+    }
+    return leave(r);
 }
 
 /* The five-argument form cuGetProcAddress("cuGraphInstantiate") returns, even at 12000 (seen
@@ -260,6 +355,11 @@ static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
     if (e->src)
         e->src->exec_launched = 1;
     e->launched = 1;
+    if (!e->uploaded) { /* a launch of an exec not uploaded yet uploads it first */
+        e->uploaded = 1;
+        atomic_fetch_add(&g_uploads, 1);
+        atomic_fetch_add(&g_launch_uploads, 1);
+    }
     if (e->last_q && e->last_q != s->q && !e->last_q->dead) {
         struct fc_queue *pq = e->last_q; /* still running there: this launch is serialised */
         if ((pq->busy && pq->busy_seq <= e->last_seq) || (pq->head && pq->head->seq <= e->last_seq))
@@ -304,6 +404,15 @@ static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
             continue;
         default:
             op = op_clone(e->tmpl[i]);
+            if (op && op->kind == OP_KERNEL) {
+                /* its node's priority under CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,
+                 * else the stream's (cuda.h) */
+                int prio = e->node_priority ? op->u.k.priority : s->priority;
+                op->u.k.run_priority = prio < FC_PRIO_GREATEST ? FC_PRIO_GREATEST
+                                       : prio > FC_PRIO_LEAST  ? FC_PRIO_LEAST
+                                                               : prio;
+                op->u.k.run_priority_set = 1;
+            }
             break;
         }
         if (!op)
@@ -384,14 +493,12 @@ static CUresult exec_set(CUgraphExec hExec, CUgraphNode h, CUgraphNodeType type,
         return r;
     }
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) { /* new parameters; the node's attributes stay */
-        struct fc_op *old = e->tmpl[i];
-        memcpy(op->u.k.cluster, old->u.k.cluster, sizeof op->u.k.cluster);
-        memcpy(op->u.k.preferred_cluster, old->u.k.preferred_cluster,
-               sizeof op->u.k.preferred_cluster);
-        op->u.k.cooperative = old->u.k.cooperative;
-        op->u.k.cluster_policy = old->u.k.cluster_policy;
-        op->u.k.mem_sync_domain = old->u.k.mem_sync_domain;
-        op->u.k.priority = old->u.k.priority;
+        kernel_attrs_copy(op, e->tmpl[i]);
+        op->u.k.programmatic = e->tmpl[i]->u.k.programmatic; /* an edge's, not a parameter */
+        if (!kernel_shape_fits(op)) { /* the node's cluster dimension must divide the grid */
+            op_free(op);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
     }
     op_free(e->tmpl[i]);
     e->tmpl[i] = op;
@@ -485,8 +592,53 @@ CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec hGraphExec, CUgrap
     return leave(exec_set_event(hGraphExec, hNode, event, CU_GRAPH_NODE_TYPE_WAIT_EVENT));
 }
 
-/* Same topology (node count, types, dependencies in a topological order): every node's
- * parameters are copied into the exec, which keeps its own node handles. */
+/* fakecuda_exec_update_refuse(): the next updates that would succeed are refused with a
+ * reason of the test's choosing. Lock held. */
+static CUgraphExecUpdateResult g_refuse_reason;
+static unsigned g_refuse_count;
+
+void fakecuda_exec_update_refuse(CUgraphExecUpdateResult reason, unsigned count)
+{
+    lock();
+    g_refuse_reason = reason;
+    g_refuse_count = reason == CU_GRAPH_EXEC_UPDATE_SUCCESS ? 0 : count;
+    unlock();
+}
+
+/* Where fresh's topology differs from e's (*why TOPOLOGY_CHANGED): the node count (no node
+ * named), or a node's dependencies (that node of hGraph, and the dependency that differs,
+ * when one does), edge types included. */
+static int topology_differs(const struct fc_exec *e, const struct fc_exec *fresh,
+                            CUgraphExecUpdateResultInfo *info)
+{
+    if (fresh->n != e->n)
+        return 1;
+    for (size_t i = 0; i < e->n; i++) {
+        size_t a = e->dep_start[i], b = fresh->dep_start[i];
+        size_t na = e->dep_start[i + 1] - a, nb = fresh->dep_start[i + 1] - b;
+        if (na != nb) {
+            info->errorNode = (CUgraphNode)fresh->node[i];
+            return 1;
+        }
+        for (size_t j = 0; j < na; j++)
+            if (e->dep_index[a + j] != fresh->dep_index[b + j] ||
+                e->dep_type[a + j] != fresh->dep_type[b + j]) {
+                info->errorNode = (CUgraphNode)fresh->node[i];
+                info->errorFromNode = (CUgraphNode)fresh->node[fresh->dep_index[b + j]];
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* Same topology (node count, types, dependencies and their edge types in a topological
+ * order): every node's parameters are copied into the exec, which keeps its own node
+ * handles. Refused, as documented, when a kernel node's cooperative attribute changed, or its
+ * priority in an exec instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+ * (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED, that node named). As on an H200 (driver
+ * 580.159) for the cluster dimension, the update is accepted but a kernel's changed cluster
+ * dimension is not applied to an exec that has been launched; nor, taken as alike, its
+ * preferred cluster dimension, cluster scheduling policy, memory sync domain or domain map. */
 CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
                                       CUgraphExecUpdateResultInfo *resultInfo)
 {
@@ -504,26 +656,36 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
         return leave(r);
     memset(resultInfo, 0, sizeof *resultInfo);
     CUgraphExecUpdateResult why = CU_GRAPH_EXEC_UPDATE_SUCCESS;
-    if (fresh->n != e->n || memcmp(fresh->dep_start, e->dep_start, (e->n + 1) * sizeof(size_t)) ||
-        memcmp(fresh->dep_index, e->dep_index, e->dep_start[e->n] * sizeof(size_t)))
+    if (topology_differs(e, fresh, resultInfo))
         why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-    for (size_t i = 0; why == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < e->n; i++)
-        if (fresh->type[i] != e->type[i]) {
+    for (size_t i = 0; why == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < e->n; i++) {
+        const struct fc_op *o = e->tmpl[i], *n = fresh->tmpl[i];
+        if (fresh->type[i] != e->type[i])
             why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-            resultInfo->errorNode = (CUgraphNode)fresh->node[i];
-        } else if (e->type[i] == CU_GRAPH_NODE_TYPE_KERNEL &&
-                   !fresh->tmpl[i]->u.k.cooperative != !e->tmpl[i]->u.k.cooperative) {
-            /* documented: a cooperative node cannot become non-cooperative, nor the reverse */
+        else if (e->type[i] == CU_GRAPH_NODE_TYPE_KERNEL &&
+                 (!n->u.k.cooperative != !o->u.k.cooperative ||
+                  (e->node_priority && n->u.k.priority != o->u.k.priority)))
             why = CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED;
+        if (why != CU_GRAPH_EXEC_UPDATE_SUCCESS)
             resultInfo->errorNode = (CUgraphNode)fresh->node[i];
-        }
+    }
+    if (why == CU_GRAPH_EXEC_UPDATE_SUCCESS && g_refuse_count) { /* a test's refusal */
+        g_refuse_count--;
+        why = g_refuse_reason;
+        resultInfo->errorNode = e->n ? (CUgraphNode)fresh->node[0] : NULL;
+    }
     if (why == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
         for (size_t i = 0; i < e->n; i++) {
-            /* as on an H200 (driver 580.159): the update is accepted, but a changed cluster
-             * dimension is not applied to an exec that has been launched */
-            if (e->launched && e->type[i] == CU_GRAPH_NODE_TYPE_KERNEL)
-                memcpy(fresh->tmpl[i]->u.k.cluster, e->tmpl[i]->u.k.cluster,
-                       sizeof e->tmpl[i]->u.k.cluster);
+            if (!e->launched || e->type[i] != CU_GRAPH_NODE_TYPE_KERNEL)
+                continue;
+            struct fc_op *n = fresh->tmpl[i];
+            const struct fc_op *o = e->tmpl[i];
+            memcpy(n->u.k.cluster, o->u.k.cluster, sizeof n->u.k.cluster);
+            memcpy(n->u.k.preferred_cluster, o->u.k.preferred_cluster,
+                   sizeof n->u.k.preferred_cluster);
+            n->u.k.cluster_policy = o->u.k.cluster_policy;
+            n->u.k.mem_sync_domain = o->u.k.mem_sync_domain;
+            memcpy(n->u.k.sync_map, o->u.k.sync_map, sizeof n->u.k.sync_map);
         }
         for (size_t i = 0; i < e->n; i++) { /* swap parameters, keep e's node handles */
             struct fc_op *t = e->tmpl[i];

@@ -131,6 +131,7 @@ struct fc_node {
     struct fc_event *ev; /* event record / wait nodes (a reference) */
     size_t index;       /* insertion order in its graph */
     struct fc_node **deps;
+    unsigned char *dep_type; /* per dependency: CU_GRAPH_DEPENDENCY_TYPE_* (NULL: all default) */
     size_t ndeps, cap;
     struct fc_node *next;
     struct fc_node *origin; /* the node it was cloned from (cuGraphClone), never dereferenced */
@@ -151,6 +152,9 @@ struct fc_exec {
     uint64_t last_seq, last_ready;
     struct fc_graph *src; /* the graph it was instantiated from, while that lives */
     int launched;         /* launched at least once */
+    int node_priority;    /* instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY */
+    int uploaded;         /* uploaded (at instantiation, cuGraphUpload, or its first launch) */
+    unsigned char *dep_type; /* per entry of dep_index: the edge's CU_GRAPH_DEPENDENCY_TYPE_* */
 };
 
 
@@ -244,6 +248,13 @@ struct fc_op {
             /* launch attributes (cuLaunchKernelEx, or a kernel node's): 0 when not set */
             unsigned cluster[3], preferred_cluster[3];
             int cooperative, cluster_policy, mem_sync_domain, priority;
+            int priority_set;                 /* the priority attribute was given */
+            unsigned char sync_map[2];        /* memory sync domain map: default, remote */
+            /* how the launch ran (set when it is queued): the priority it ran at (the
+             * attribute's, a graph node's under CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,
+             * else the stream's), and whether it could overlap the kernel before it
+             * (programmatic stream serialization, or a programmatic graph edge) */
+            int run_priority, run_priority_set, programmatic;
         } k;
         struct {
             unsigned char *dst;
@@ -345,6 +356,7 @@ extern _Thread_local int tl_depth;
 extern _Thread_local const char *tl_entry;
 extern _Thread_local struct fc_ctx *tl_exec_ctx;
 extern _Thread_local unsigned tl_cluster_x; /* cluster width of the kernel running (1: none) */
+extern _Thread_local const struct fc_op *tl_op; /* the kernel running on this thread */
 extern _Thread_local char tl_token;
 
 static inline const void *tl_self(void) { return &tl_token; }
@@ -410,6 +422,11 @@ int kernel_find(const char *name);
 CUresult get_function(CUfunction h, struct fc_function **out);
 CUresult kernel_op(const struct fc_function *fn, const unsigned grid[3], const unsigned block[3],
                    void **kernelParams, struct fc_op **out);
+CUresult kernel_attr_set(struct fc_op *op, CUlaunchAttributeID id, const CUlaunchAttributeValue *v,
+                         int graph_node);
+CUresult kernel_attr_get(const struct fc_op *op, CUlaunchAttributeID id, CUlaunchAttributeValue *v);
+int kernel_shape_fits(const struct fc_op *op);
+void kernel_attrs_copy(struct fc_op *to, const struct fc_op *from);
 
 /* stream.c */
 CUresult get_stream(CUstream h, struct fc_stream **out, int check_sticky);
@@ -439,6 +456,8 @@ CUresult node_add(struct fc_graph *g, CUgraphNodeType type, struct fc_op *tmpl,
 CUresult kernel_node_op(struct fc_graph *g, const CUDA_KERNEL_NODE_PARAMS *p, struct fc_op **op);
 CUresult memset_node_op(const CUDA_MEMSET_NODE_PARAMS *p, struct fc_op **out);
 CUresult memcpy_node_op(const CUDA_MEMCPY3D *p, struct fc_op **out);
+int node_dep_type(const struct fc_node *n, size_t d);
+CUresult node_dep_set_type(struct fc_node *n, size_t d, int type);
 
 /* graph_exec.c */
 extern _Atomic int g_live_execs; /* execs instantiated and not destroyed */
@@ -446,6 +465,8 @@ extern _Atomic unsigned long g_inst_of_launched;
 extern _Atomic unsigned long g_inst_launch_overlaps;
 extern unsigned long g_exec_overlaps;      /* launches that waited on the exec's other stream */
 extern unsigned long g_exec_destroy_waits; /* exec destroys with launches still queued */
+extern _Atomic unsigned long g_uploads;        /* execs uploaded, however */
+extern _Atomic unsigned long g_launch_uploads; /* of which by their first launch */
 void exec_free(struct fc_exec *e);
 
 #pragma GCC visibility pop

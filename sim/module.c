@@ -13,6 +13,8 @@ static void k_set_u32(void **args, const unsigned grid[3], const unsigned block[
 static void k_add_u32(void **args, const unsigned grid[3], const unsigned block[3]);
 static void k_trap(void **args, const unsigned grid[3], const unsigned block[3]);
 static void k_cluster_width(void **args, const unsigned grid[3], const unsigned block[3]);
+static void k_cluster_rank(void **args, const unsigned grid[3], const unsigned block[3]);
+static void k_launch_attrs(void **args, const unsigned grid[3], const unsigned block[3]);
 
 struct fc_kernel g_kernels[FC_MAX_KERNELS] = {
     {"spin", 1, {8}, k_spin},
@@ -21,8 +23,10 @@ struct fc_kernel g_kernels[FC_MAX_KERNELS] = {
     {"add_u32", 2, {8, 4}, k_add_u32},
     {"trap", 0, {0}, k_trap},
     {"cluster_width", 1, {8}, k_cluster_width},
+    {"cluster_rank", 1, {8}, k_cluster_rank},
+    {"launch_attrs", 1, {8}, k_launch_attrs},
 };
-int g_nkernels = 6;
+int g_nkernels = 8;
 
 int kernel_find(const char *name)
 {
@@ -85,6 +89,46 @@ static void k_cluster_width(void **args, const unsigned grid[3], const unsigned 
     uint32_t *p = kernel_ptr(args[0], 4 * (size_t)grid[0]);
     for (unsigned b = 0; p && b < grid[0]; b++)
         p[b] = tl_cluster_x;
+}
+
+/* ((u32 *)p)[t] for every thread t of the grid (t = blockIdx.x * blockDim.x + threadIdx.x: a
+ * grid and blocks of one dimension) = %clusterid.x << 16 | %cluster_nctarank << 8 |
+ * %cluster_ctarank, as an sm_90 GPU reads them (without a cluster: a cluster of one block). */
+static void k_cluster_rank(void **args, const unsigned grid[3], const unsigned block[3])
+{
+    const struct fc_op *op = tl_op;
+    unsigned cx = op && op->u.k.cluster[0] ? op->u.k.cluster[0] : 1;
+    unsigned cy = op && op->u.k.cluster[1] ? op->u.k.cluster[1] : 1;
+    unsigned cz = op && op->u.k.cluster[2] ? op->u.k.cluster[2] : 1;
+    size_t n = (size_t)grid[0] * block[0];
+    uint32_t *p = kernel_ptr(args[0], 4 * n);
+    for (unsigned b = 0; p && b < grid[0]; b++)
+        for (unsigned t = 0; t < block[0]; t++)
+            p[(size_t)b * block[0] + t] = (b / cx) << 16 | (cx * cy * cz) << 8 | (b % cx);
+}
+
+/* ((u32 *)p)[0 .. FAKECUDA_LAUNCH_ATTRS_WORDS - 1] = the launch attributes the kernel ran with
+ * (fakecuda.h lists the words). */
+static void k_launch_attrs(void **args, const unsigned grid[3], const unsigned block[3])
+{
+    (void)grid, (void)block;
+    const struct fc_op *op = tl_op;
+    uint32_t *p = kernel_ptr(args[0], 4 * FAKECUDA_LAUNCH_ATTRS_WORDS);
+    if (!p || !op)
+        return;
+    uint32_t w[FAKECUDA_LAUNCH_ATTRS_WORDS] = {0};
+    for (int i = 0; i < 3; i++) {
+        w[FAKECUDA_LA_CLUSTER_X + i] = op->u.k.cluster[i] ? op->u.k.cluster[i] : 1;
+        w[FAKECUDA_LA_PREFERRED_CLUSTER_X + i] = op->u.k.preferred_cluster[i];
+    }
+    w[FAKECUDA_LA_COOPERATIVE] = op->u.k.cooperative != 0;
+    w[FAKECUDA_LA_PRIORITY] = (uint32_t)op->u.k.run_priority;
+    w[FAKECUDA_LA_PROGRAMMATIC] = op->u.k.programmatic != 0;
+    w[FAKECUDA_LA_MEM_SYNC_DOMAIN] = (uint32_t)op->u.k.mem_sync_domain;
+    w[FAKECUDA_LA_CLUSTER_POLICY] = (uint32_t)op->u.k.cluster_policy;
+    w[FAKECUDA_LA_SYNC_MAP_DEFAULT] = op->u.k.sync_map[0];
+    w[FAKECUDA_LA_SYNC_MAP_REMOTE] = op->u.k.sync_map[1];
+    memcpy(p, w, sizeof w);
 }
 
 /* As on an H200 (driver 580.159): a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and
@@ -265,46 +309,134 @@ CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned in
     return leave(submit(s, op, 0));
 }
 
-/* Launch attributes of a kernel launch (cuLaunchKernelEx): the ones the simulation models are
- * kept on the operation (and, under capture, on the kernel node it becomes); unknown ones are
- * refused. A cluster dimension must divide the grid. */
-static CUresult launch_attrs(struct fc_op *op, const CUlaunchAttribute *attrs, unsigned n)
+/* Does the launch shape suit the cluster dimension (which must divide the grid)? */
+int kernel_shape_fits(const struct fc_op *op)
 {
-    for (unsigned i = 0; i < n; i++) {
-        const CUlaunchAttributeValue *v = &attrs[i].value;
-        switch (attrs[i].id) {
-        case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-            if (!v->clusterDim.x || !v->clusterDim.y || !v->clusterDim.z ||
-                op->u.k.grid[0] % v->clusterDim.x || op->u.k.grid[1] % v->clusterDim.y ||
-                op->u.k.grid[2] % v->clusterDim.z ||
-                (uint64_t)v->clusterDim.x * v->clusterDim.y * v->clusterDim.z > 8)
-                return CUDA_ERROR_INVALID_VALUE;
-            op->u.k.cluster[0] = v->clusterDim.x;
-            op->u.k.cluster[1] = v->clusterDim.y;
-            op->u.k.cluster[2] = v->clusterDim.z;
-            break;
-        case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
-            op->u.k.preferred_cluster[0] = v->preferredClusterDim.x;
-            op->u.k.preferred_cluster[1] = v->preferredClusterDim.y;
-            op->u.k.preferred_cluster[2] = v->preferredClusterDim.z;
-            break;
-        case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-            op->u.k.cooperative = v->cooperative;
-            break;
-        case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-            op->u.k.cluster_policy = (int)v->clusterSchedulingPolicyPreference;
-            break;
-        case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-            op->u.k.mem_sync_domain = (int)v->memSyncDomain;
-            break;
-        case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-            op->u.k.priority = v->priority;
-            break;
-        default:
-            return CUDA_ERROR_NOT_SUPPORTED;
-        }
+    for (int i = 0; i < 3; i++)
+        if (op->u.k.cluster[i] && op->u.k.grid[i] % op->u.k.cluster[i])
+            return 0;
+    return 1;
+}
+
+/* One launch attribute of a kernel launch (cuLaunchKernelEx) or kernel node
+ * (cuGraphKernelNodeSetAttribute, graph_node): the ones the simulation models are kept on the
+ * operation (and, under capture, on the kernel node it becomes). A cluster dimension must be
+ * at least 1 in each dimension, divide the grid and hold at most 8 blocks (the portable
+ * size); a preferred cluster dimension must be a multiple of it and divide the grid; a
+ * cluster scheduling policy, memory sync domain and domain map must be known values;
+ * programmatic stream serialization is for launches only (a graph says it with an edge of
+ * type CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC); other attributes are refused
+ * (CUDA_ERROR_NOT_SUPPORTED for a launch, CUDA_ERROR_INVALID_VALUE for a node). A cooperative
+ * grid larger than the device could hold at once is not checked. */
+CUresult kernel_attr_set(struct fc_op *op, CUlaunchAttributeID id, const CUlaunchAttributeValue *v,
+                         int graph_node)
+{
+    switch ((int)id) {
+    case CU_LAUNCH_ATTRIBUTE_IGNORE:
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
+        unsigned d[3] = {v->clusterDim.x, v->clusterDim.y, v->clusterDim.z};
+        if (!d[0] || !d[1] || !d[2] || op->u.k.grid[0] % d[0] || op->u.k.grid[1] % d[1] ||
+            op->u.k.grid[2] % d[2] || (uint64_t)d[0] * d[1] * d[2] > 8)
+            return CUDA_ERROR_INVALID_VALUE;
+        memcpy(op->u.k.cluster, d, sizeof d);
+        return CUDA_SUCCESS;
     }
-    return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION: {
+        unsigned d[3] = {v->preferredClusterDim.x, v->preferredClusterDim.y,
+                         v->preferredClusterDim.z};
+        for (int i = 0; i < 3; i++) {
+            unsigned c = op->u.k.cluster[i] ? op->u.k.cluster[i] : 1;
+            if ((d[0] | d[1] | d[2]) != 0 && (!d[i] || d[i] % c || op->u.k.grid[i] % d[i]))
+                return CUDA_ERROR_INVALID_VALUE;
+        }
+        memcpy(op->u.k.preferred_cluster, d, sizeof d);
+        return CUDA_SUCCESS;
+    }
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        op->u.k.cooperative = v->cooperative != 0;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        if ((unsigned)v->clusterSchedulingPolicyPreference >
+            (unsigned)CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING)
+            return CUDA_ERROR_INVALID_VALUE;
+        op->u.k.cluster_policy = (int)v->clusterSchedulingPolicyPreference;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        if ((unsigned)v->memSyncDomain > (unsigned)CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE)
+            return CUDA_ERROR_INVALID_VALUE;
+        op->u.k.mem_sync_domain = (int)v->memSyncDomain;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        if (v->memSyncDomainMap.default_ > 3 || v->memSyncDomainMap.remote > 3)
+            return CUDA_ERROR_INVALID_VALUE; /* four domains (compute capability 9.0) */
+        op->u.k.sync_map[0] = v->memSyncDomainMap.default_;
+        op->u.k.sync_map[1] = v->memSyncDomainMap.remote;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        op->u.k.priority = v->priority;
+        op->u.k.priority_set = 1;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+        if (graph_node)
+            return CUDA_ERROR_INVALID_VALUE; /* "valid for launches" (cuda.h) */
+        op->u.k.programmatic = v->programmaticStreamSerializationAllowed != 0;
+        return CUDA_SUCCESS;
+    default:
+        return graph_node ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+
+/* A kernel node's attribute as cuGraphKernelNodeGetAttribute reads it (never set: 0, a
+ * cluster of 1 x 1 x 1). */
+CUresult kernel_attr_get(const struct fc_op *op, CUlaunchAttributeID id, CUlaunchAttributeValue *v)
+{
+    memset(v, 0, sizeof *v);
+    switch ((int)id) {
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+        v->clusterDim.x = op->u.k.cluster[0] ? op->u.k.cluster[0] : 1;
+        v->clusterDim.y = op->u.k.cluster[1] ? op->u.k.cluster[1] : 1;
+        v->clusterDim.z = op->u.k.cluster[2] ? op->u.k.cluster[2] : 1;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+        v->preferredClusterDim.x = op->u.k.preferred_cluster[0];
+        v->preferredClusterDim.y = op->u.k.preferred_cluster[1];
+        v->preferredClusterDim.z = op->u.k.preferred_cluster[2];
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+        v->cooperative = op->u.k.cooperative;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+        v->clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)op->u.k.cluster_policy;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        v->memSyncDomain = (CUlaunchMemSyncDomain)op->u.k.mem_sync_domain;
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+        v->memSyncDomainMap.default_ = op->u.k.sync_map[0];
+        v->memSyncDomainMap.remote = op->u.k.sync_map[1];
+        return CUDA_SUCCESS;
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+        v->priority = op->u.k.priority;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* A kernel node's attributes, onto new parameters of the node (the parameters change, the
+ * attributes stay). */
+void kernel_attrs_copy(struct fc_op *to, const struct fc_op *from)
+{
+    memcpy(to->u.k.cluster, from->u.k.cluster, sizeof to->u.k.cluster);
+    memcpy(to->u.k.preferred_cluster, from->u.k.preferred_cluster,
+           sizeof to->u.k.preferred_cluster);
+    to->u.k.cooperative = from->u.k.cooperative;
+    to->u.k.cluster_policy = from->u.k.cluster_policy;
+    to->u.k.mem_sync_domain = from->u.k.mem_sync_domain;
+    memcpy(to->u.k.sync_map, from->u.k.sync_map, sizeof to->u.k.sync_map);
+    to->u.k.priority = from->u.k.priority;
+    to->u.k.priority_set = from->u.k.priority_set;
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
@@ -324,9 +456,11 @@ CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, vo
         return leave(CUDA_ERROR_INVALID_HANDLE);
     const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
     const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-    struct fc_op *op;
+    struct fc_op *op = NULL;
     r = kernel_op(fn, grid, block, kernelParams, &op);
-    if (r == CUDA_SUCCESS && (r = launch_attrs(op, config->attrs, config->numAttrs)) != CUDA_SUCCESS)
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < config->numAttrs; i++)
+        r = kernel_attr_set(op, config->attrs[i].id, &config->attrs[i].value, 0);
+    if (r != CUDA_SUCCESS && op)
         op_free(op);
     if (r != CUDA_SUCCESS)
         return leave(r);

@@ -9,6 +9,7 @@ void node_free(struct fc_node *n)
     if (n->ev)
         event_unref(n->ev);
     free(n->deps);
+    free(n->dep_type);
     n->magic = 0;
     free(n);
 }
@@ -243,30 +244,80 @@ CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode *phGraphNode, CUgraph hGrap
 }
 
 static CUresult add_dependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
-                                 size_t numDependencies);
+                                 const CUgraphEdgeData *edgeData, size_t numDependencies);
 
 CUresult CUDAAPI cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from,
                                         const CUgraphNode *to, size_t numDependencies)
 {
     ENTER(cuGraphAddDependencies, 1);
-    return leave(add_dependencies(hGraph, from, to, numDependencies));
+    return leave(add_dependencies(hGraph, from, to, NULL, numDependencies));
 }
 
 /* What cuGetProcAddress gives for cuGraphAddDependencies from 12030 (seen on an H200): edge
- * data may be NULL or all-default edges; ports and edge types are not simulated. */
+ * data may be NULL or all-default edges, or programmatic edges between two kernel nodes
+ * (type CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC from the port CU_GRAPH_KERNEL_NODE_PORT_
+ * PROGRAMMATIC or _LAUNCH_ORDER, as cuda.h documents): the downstream kernel may then start
+ * before the upstream one has finished (it runs after it here). Other ports and edge types:
+ * CUDA_ERROR_INVALID_VALUE. */
 CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
                                            const CUgraphNode *to, const CUgraphEdgeData *edgeData,
                                            size_t numDependencies)
 {
     ENTER(cuGraphAddDependencies, 1);
-    for (size_t i = 0; edgeData && i < numDependencies; i++)
-        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
-            return leave(CUDA_ERROR_NOT_SUPPORTED);
-    return leave(add_dependencies(hGraph, from, to, numDependencies));
+    return leave(add_dependencies(hGraph, from, to, edgeData, numDependencies));
+}
+
+/* The type of an edge from a to b with edge data d (NULL: default), or -1 if refused. */
+static int edge_type(const struct fc_node *a, const struct fc_node *b, const CUgraphEdgeData *d)
+{
+    if (!d)
+        return CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
+    for (size_t i = 0; i < sizeof d->reserved; i++)
+        if (d->reserved[i])
+            return -1;
+    if (d->to_port)
+        return -1; /* "no node types define non-zero ports" */
+    if (d->type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
+        return d->from_port == CU_GRAPH_KERNEL_NODE_PORT_DEFAULT ? CU_GRAPH_DEPENDENCY_TYPE_DEFAULT
+                                                                : -1;
+    if (d->type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC && a->type == CU_GRAPH_NODE_TYPE_KERNEL &&
+        b->type == CU_GRAPH_NODE_TYPE_KERNEL &&
+        (d->from_port == CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC ||
+         d->from_port == CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER))
+        return CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    return -1;
+}
+
+/* Adds the edge a -> b of the given type (a dependency of b). */
+static CUresult edge_add(struct fc_node *a, struct fc_node *b, int type)
+{
+    if (b->ndeps == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 4;
+        struct fc_node **d = realloc(b->deps, cap * sizeof *d);
+        if (!d)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        b->deps = d;
+        if (b->dep_type) {
+            unsigned char *t = realloc(b->dep_type, cap);
+            if (!t)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            b->dep_type = t;
+        }
+        b->cap = cap;
+    }
+    if (type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && !b->dep_type) {
+        b->dep_type = calloc(b->cap, 1);
+        if (!b->dep_type)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (b->dep_type)
+        b->dep_type[b->ndeps] = (unsigned char)type;
+    b->deps[b->ndeps++] = a;
+    return CUDA_SUCCESS;
 }
 
 static CUresult add_dependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
-                                 size_t numDependencies)
+                                 const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
     struct fc_graph *g;
     CUresult r = get_graph(hGraph, &g);
@@ -282,18 +333,30 @@ static CUresult add_dependencies(CUgraph hGraph, const CUgraphNode *from, const 
         for (size_t j = 0; r == CUDA_SUCCESS && j < b->ndeps; j++)
             if (b->deps[j] == a)
                 r = CUDA_ERROR_INVALID_VALUE; /* already there */
-        if (r == CUDA_SUCCESS && b->ndeps == b->cap) {
-            size_t cap = b->cap ? 2 * b->cap : 4;
-            struct fc_node **d = realloc(b->deps, cap * sizeof *d);
-            if (!d)
-                r = CUDA_ERROR_OUT_OF_MEMORY;
-            else
-                b->deps = d, b->cap = cap;
-        }
+        int type = r == CUDA_SUCCESS ? edge_type(a, b, edgeData ? &edgeData[i] : NULL) : 0;
+        if (r == CUDA_SUCCESS && type < 0)
+            r = CUDA_ERROR_INVALID_VALUE;
         if (r == CUDA_SUCCESS)
-            b->deps[b->ndeps++] = a;
+            r = edge_add(a, b, type);
     }
     return r;
+}
+
+/* Gives dependency d of node n a type (cloning a graph, or a capture's programmatic edge). */
+CUresult node_dep_set_type(struct fc_node *n, size_t d, int type)
+{
+    if (!n->dep_type && type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
+        return CUDA_SUCCESS;
+    if (!n->dep_type && !(n->dep_type = calloc(n->cap ? n->cap : 1, 1)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    n->dep_type[d] = (unsigned char)type;
+    return CUDA_SUCCESS;
+}
+
+/* The type of dependency d of node n. */
+int node_dep_type(const struct fc_node *n, size_t d)
+{
+    return n->dep_type ? n->dep_type[d] : CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
 }
 
 /* ---- setting a graph node's parameters (not an exec's): kind must match; a kernel node keeps
@@ -311,14 +374,11 @@ static CUresult node_set_op(CUgraphNode h, CUgraphNodeType type, struct fc_op *o
         return r;
     }
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) {
-        struct fc_op *old = n->tmpl;
-        memcpy(op->u.k.cluster, old->u.k.cluster, sizeof op->u.k.cluster);
-        memcpy(op->u.k.preferred_cluster, old->u.k.preferred_cluster,
-               sizeof op->u.k.preferred_cluster);
-        op->u.k.cooperative = old->u.k.cooperative;
-        op->u.k.cluster_policy = old->u.k.cluster_policy;
-        op->u.k.mem_sync_domain = old->u.k.mem_sync_domain;
-        op->u.k.priority = old->u.k.priority;
+        kernel_attrs_copy(op, n->tmpl);
+        if (!kernel_shape_fits(op)) { /* the node's cluster dimension must divide the grid */
+            op_free(op);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
     }
     op_free(n->tmpl);
     n->tmpl = op;
@@ -439,35 +499,24 @@ CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hNode, CUkernelNodeAt
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return leave(r);
-    const struct fc_op *op = n->tmpl;
-    memset(value_out, 0, sizeof *value_out);
-    switch (attr) {
-    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
-        value_out->clusterDim.x = op->u.k.cluster[0] ? op->u.k.cluster[0] : 1;
-        value_out->clusterDim.y = op->u.k.cluster[1] ? op->u.k.cluster[1] : 1;
-        value_out->clusterDim.z = op->u.k.cluster[2] ? op->u.k.cluster[2] : 1;
-        break;
-    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
-        value_out->preferredClusterDim.x = op->u.k.preferred_cluster[0];
-        value_out->preferredClusterDim.y = op->u.k.preferred_cluster[1];
-        value_out->preferredClusterDim.z = op->u.k.preferred_cluster[2];
-        break;
-    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        value_out->cooperative = op->u.k.cooperative;
-        break;
-    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-        value_out->clusterSchedulingPolicyPreference =
-            (CUclusterSchedulingPolicy)op->u.k.cluster_policy;
-        break;
-    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-        value_out->memSyncDomain = (CUlaunchMemSyncDomain)op->u.k.mem_sync_domain;
-        break;
-    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-        value_out->priority = op->u.k.priority;
-        break;
-    default:
+    return leave(kernel_attr_get(n->tmpl, attr, value_out));
+}
+
+/* Sets a kernel node's launch attribute (kernel_attr_set says which and how they are
+ * checked). An exec instantiated before keeps the attributes it was instantiated with. */
+CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hNode, CUkernelNodeAttrID attr,
+                                               const CUkernelNodeAttrValue *value)
+{
+    ENTER(cuGraphKernelNodeSetAttribute, 1);
+    struct fc_node *n;
+    CUresult r = value ? get_node(hNode, &n) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS && n->type != CU_GRAPH_NODE_TYPE_KERNEL)
         r = CUDA_ERROR_INVALID_VALUE;
-        break;
-    }
+    if (r != CUDA_SUCCESS)
+        return leave(r);
+    struct fc_op probe = *n->tmpl; /* checked on a copy: a refused value changes nothing */
+    r = kernel_attr_set(&probe, attr, value, 1);
+    if (r == CUDA_SUCCESS)
+        kernel_attrs_copy(n->tmpl, &probe);
     return leave(r);
 }

@@ -150,7 +150,9 @@ static void run_op(struct fc_op *op, int only_ready)
     case OP_KERNEL:
         unlock();
         tl_cluster_x = op->u.k.cluster[0] ? op->u.k.cluster[0] : 1;
+        tl_op = op;
         op->u.k.fn(op->u.k.args, op->u.k.grid, op->u.k.block);
+        tl_op = NULL;
         lock();
         break;
     case OP_MEMSET:
@@ -312,6 +314,9 @@ CUresult submit(struct fc_stream *s, struct fc_op *op, uint64_t not_before)
     }
     if (s->cap == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
         struct fc_graph *g = s->graph;
+        /* a captured kernel node's priority is the stream's unless the launch gave one */
+        if (op->kind == OP_KERNEL && !op->u.k.priority_set)
+            op->u.k.priority = s->priority;
         op->next = NULL;
         if (g->tail)
             g->tail->next = op;
@@ -320,6 +325,15 @@ CUresult submit(struct fc_stream *s, struct fc_op *op, uint64_t not_before)
         g->tail = op;
         g->nops++;
         return CUDA_SUCCESS;
+    }
+    /* a kernel runs at its priority attribute's, else at the stream's (a graph launch has
+     * decided already) */
+    if (op->kind == OP_KERNEL && !op->u.k.run_priority_set) {
+        int prio = op->u.k.priority_set ? op->u.k.priority : s->priority;
+        op->u.k.run_priority = prio < FC_PRIO_GREATEST ? FC_PRIO_GREATEST
+                               : prio > FC_PRIO_LEAST  ? FC_PRIO_LEAST
+                                                       : prio;
+        op->u.k.run_priority_set = 1;
     }
     queue_push(s->q, op, not_before);
     return CUDA_SUCCESS;

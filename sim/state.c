@@ -44,6 +44,7 @@ _Thread_local int tl_depth;
 _Thread_local const char *tl_entry = "fakecuda";
 _Thread_local struct fc_ctx *tl_exec_ctx;
 _Thread_local unsigned tl_cluster_x; /* cluster width of the kernel running (1: none) */
+_Thread_local const struct fc_op *tl_op; /* the kernel running on this thread */
 _Thread_local char tl_token;
 
 /* Prints `fakecuda: <entry>: <what> (the real driver crashes here)` and aborts. */

@@ -370,7 +370,10 @@ class _GraphStats(_C.Structure):
     _fields_ = [("size", _C.c_size_t)] + [(n, _u64) for n in (
         "launches", "hits", "misses", "instantiations", "updates", "nodes_updated",
         "update_failures", "evictions", "eager_launches", "entries", "execs", "bytes",
-        "claims_lock_free", "claims_locked", "nodes_compared")]
+        "claims_lock_free", "claims_locked", "nodes_compared", "uploads",
+        "update_topology_changed", "update_node_type_changed", "update_function_changed",
+        "update_parameters_changed", "update_not_supported", "update_unsupported_function_change",
+        "update_attributes_changed", "update_other", "node_update_refusals", "update_errors")]
 
 
 _stats_get = _proto("cupool_stats_get", _c, _C.POINTER(_ClassStats), _C.c_size_t,

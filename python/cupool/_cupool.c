@@ -934,7 +934,13 @@ static PyObject *stats_dict(void)
         PUT_U64(g, gs, nodes_updated) || PUT_U64(g, gs, update_failures) ||
         PUT_U64(g, gs, evictions) || PUT_U64(g, gs, eager_launches) || PUT_U64(g, gs, entries) ||
         PUT_U64(g, gs, execs) || PUT_U64(g, gs, bytes) || PUT_U64(g, gs, claims_lock_free) ||
-        PUT_U64(g, gs, claims_locked) || PUT_U64(g, gs, nodes_compared))
+        PUT_U64(g, gs, claims_locked) || PUT_U64(g, gs, nodes_compared) ||
+        PUT_U64(g, gs, uploads) || PUT_U64(g, gs, update_topology_changed) ||
+        PUT_U64(g, gs, update_node_type_changed) || PUT_U64(g, gs, update_function_changed) ||
+        PUT_U64(g, gs, update_parameters_changed) || PUT_U64(g, gs, update_not_supported) ||
+        PUT_U64(g, gs, update_unsupported_function_change) ||
+        PUT_U64(g, gs, update_attributes_changed) || PUT_U64(g, gs, update_other) ||
+        PUT_U64(g, gs, node_update_refusals) || PUT_U64(g, gs, update_errors))
         goto fail;
     PyMem_Free(cls);
     cls = NULL;

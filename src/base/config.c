@@ -52,6 +52,7 @@ static const struct var vars[] = {
     {"CUPOOL_GRAPH_EXECS_MAX", VAR_UINT, OFF(graph_execs_max), 1, 64, 16, NULL},
     {"CUPOOL_GRAPH_DISABLE", VAR_BOOL, OFF(graph_disable), 0, 1, 0, NULL},
     {"CUPOOL_GRAPH_GATE", VAR_BOOL, OFF(graph_gate), 0, 1, 1, NULL},
+    {"CUPOOL_GRAPH_UPLOAD", VAR_BOOL, OFF(graph_upload), 0, 1, 1, NULL},
     {"CUPOOL_DESTROY_ON_EXIT", VAR_BOOL, OFF(destroy_on_exit), 0, 1, 0, NULL},
     {"CUPOOL_STATS", VAR_STATS, OFF(stats_mode), 0, 0, CUPOOL_STATS_OFF, "0"},
     {"CUPOOL_DRIVER_PATH", VAR_PATH, OFF(driver_path), 0, 0, 0, "libcuda.so.1"},

@@ -29,6 +29,7 @@ struct cupool__config {
     bool destroy_on_exit;     /* destroy idle handles at exit, before the driver's teardown */
     bool graph_disable;       /* pipelines launch node by node, never as graphs */
     bool graph_gate;          /* no instantiation while a cupool graph launch is in the driver */
+    bool graph_upload;        /* a new exec is uploaded on its launch stream as it is instantiated */
     uint64_t graph_cache_bytes;   /* graph cache bound (bytes, estimated) */
     uint32_t graph_cache_entries; /* graph cache bound (entries) */
     uint32_t graph_execs_max;     /* execs per cached signature (count) */

@@ -32,7 +32,8 @@
  * (graphs and eager launches). Optional: a driver without them still pools streams and
  * events; a call that needs one then returns CUDA_ERROR_NOT_SUPPORTED.
  * cuGraphInstantiate is asked for by its WithFlags name: cuGetProcAddress("cuGraphInstantiate")
- * returns the five-argument form at every version from 11000 (seen on an H200). */
+ * returns the five-argument form at every version from 11000 (seen on an H200).
+ * cuGraphAddDependencies at 12030 is the form with edge data (cuGraphAddDependencies_v2). */
 #define CUPOOL_DRIVER_OPTIONAL(X)                                                           \
     X(cuDeviceGet, 2000, CUresult, (CUdevice * dev, int ordinal))                           \
     X(cuDevicePrimaryCtxRetain, 7000, CUresult, (CUcontext * ctx, CUdevice dev))            \
@@ -45,6 +46,8 @@
     X(cuLaunchKernel, 4000, CUresult,                                                       \
       (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,       \
        unsigned bz, unsigned shmem, CUstream s, void **args, void **extra))                \
+    X(cuLaunchKernelEx, 11060, CUresult,                                                    \
+      (const CUlaunchConfig *config, CUfunction f, void **args, void **extra))              \
     X(cuMemsetD8Async, 3020, CUresult, (CUdeviceptr d, unsigned char v, size_t n, CUstream s)) \
     X(cuMemsetD32Async, 3020, CUresult, (CUdeviceptr d, unsigned int v, size_t n, CUstream s)) \
     X(cuMemcpyAsync, 4000, CUresult, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)) \
@@ -72,6 +75,8 @@
       (CUgraphNode * n, CUgraph g, const CUgraphNode *d, size_t nd, CUevent e))             \
     X(cuGraphInstantiateWithFlags, 11040, CUresult,                                         \
       (CUgraphExec * e, CUgraph g, unsigned long long flags))                               \
+    X(cuGraphInstantiateWithParams, 12000, CUresult,                                        \
+      (CUgraphExec * e, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS * params))                 \
     X(cuGraphLaunch, 10000, CUresult, (CUgraphExec e, CUstream s))                          \
     X(cuGraphClone, 10000, CUresult, (CUgraph * c, CUgraph g))                              \
     X(cuGraphNodeFindInClone, 10000, CUresult, (CUgraphNode * n, CUgraphNode o, CUgraph c))  \
@@ -96,6 +101,11 @@
     X(cuGraphNodeGetType, 10000, CUresult, (CUgraphNode n, CUgraphNodeType * type))          \
     X(cuGraphKernelNodeGetAttribute, 11000, CUresult,                                       \
       (CUgraphNode n, CUkernelNodeAttrID attr, CUkernelNodeAttrValue * value))              \
+    X(cuGraphKernelNodeSetAttribute, 11000, CUresult,                                       \
+      (CUgraphNode n, CUkernelNodeAttrID attr, const CUkernelNodeAttrValue *value))         \
+    X(cuGraphAddDependencies, 12030, CUresult,                                              \
+      (CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *e, \
+       size_t n))                                                                           \
     X(cuGraphKernelNodeSetParams, 12000, CUresult,                                          \
       (CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p))                                    \
     X(cuGraphMemsetNodeSetParams, 10000, CUresult,                                          \

@@ -59,6 +59,7 @@ CUresult cupool_pipeline_destroy(cupool_pipeline_t pipeline)
     cupool__free(p->sig, p->sigcap * sizeof(*p->sig));
     cupool__free(p->argv, p->argvcap * sizeof(*p->argv));
     cupool__free(p->chg, p->chgcap * sizeof(*p->chg));
+    cupool__free(p->kattr, p->kattrcap * sizeof(*p->kattr));
     cupool__free(p, sizeof(*p));
     return CUDA_SUCCESS;
 }
@@ -101,14 +102,27 @@ static void sig_word(struct cupool_pipeline *p, uint64_t w)
         p->sigpos++;
 }
 
+/* The launch-attribute words of kernel node i with attributes (see signature()). */
+static inline void kattr_words(const struct cupool_pipeline *p, uint32_t i, uint64_t *w)
+{
+    memcpy(w, &p->kattr[i], sizeof(struct kattr));
+}
+
 /* The structure words of node i (see signature()). */
 void cupool__sig_node(struct cupool_pipeline *p, uint32_t i)
 {
     const struct pnode *n = &p->nodes[i];
     p->sig_mark = p->sigpos;
     p->dirty_mark = p->sig_dirty;
-    sig_word(p, (uint64_t)n->type << 32 | n->ndeps);
+    bool attrs = n->type == PN_KERNEL && n->attr;
+    sig_word(p, (uint64_t)(n->type | (attrs ? SIG_KATTR : 0)) << 32 | n->ndeps);
     sig_word(p, n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0);
+    if (attrs) {
+        uint64_t w[KATTR_WORDS];
+        kattr_words(p, i, w);
+        for (size_t k = 0; k < KATTR_WORDS; k++)
+            sig_word(p, w[k]);
+    }
     for (uint32_t d = 0; d < n->ndeps; d++)
         sig_word(p, p->deps[n->dep_start + d]);
 }
@@ -156,10 +170,16 @@ uint64_t cupool__mix(uint64_t h, uint64_t v)
     return h * UINT64_C(0xff51afd7ed558ccd);
 }
 
-/* Writes the signature words into p->sig; returns their count (0: out of memory). */
+/* Writes the signature words into p->sig; returns their count (0: out of memory). Per node:
+ * its type (with SIG_KATTR for a kernel with launch attributes) and dependency count, its
+ * function (0 for other kinds), a kernel's launch-attribute words when it has attributes,
+ * its dependencies. */
 size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash)
 {
-    size_t need = 1 + (size_t)p->n * 3 + p->ndeps;
+    size_t nattr = 0;
+    for (uint32_t i = 0; i < p->n; i++)
+        nattr += p->nodes[i].type == PN_KERNEL && p->nodes[i].attr;
+    size_t need = 1 + (size_t)p->n * 3 + p->ndeps + nattr * KATTR_WORDS;
     if (!GROW(p->sig, p->sigcap, need))
         return 0;
     size_t w = 0;
@@ -168,12 +188,18 @@ size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash)
     p->sig[w++] = p->n;
     for (uint32_t i = 0; i < p->n; i++) {
         const struct pnode *n = &p->nodes[i];
-        if (chain == i && n->type == PN_KERNEL && n->ndeps == (i > 0) &&
+        bool attrs = n->type == PN_KERNEL && n->attr;
+        if (chain == i && n->type == PN_KERNEL && !attrs && n->ndeps == (i > 0) &&
             (i == 0 || p->deps[n->dep_start] == i - 1))
             chain = i + 1;
-        p->sig[w++] = (uint64_t)n->type << 32 | n->ndeps;
-        /* the function is structure (and its layout with it); everything else is patched */
+        p->sig[w++] = (uint64_t)(n->type | (attrs ? SIG_KATTR : 0)) << 32 | n->ndeps;
+        /* the function is structure (and its layout with it), and so is every launch
+         * attribute (attrs.c); everything else is patched */
         p->sig[w++] = n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0;
+        if (attrs) {
+            kattr_words(p, i, &p->sig[w]);
+            w += KATTR_WORDS;
+        }
         for (uint32_t d = 0; d < n->ndeps; d++)
             p->sig[w++] = p->deps[n->dep_start + d];
     }

@@ -56,6 +56,9 @@ _Atomic uint64_t cupool__st_updates;
 _Atomic uint64_t cupool__st_nodes_updated;
 _Atomic uint64_t cupool__st_update_failures;
 _Atomic uint64_t cupool__st_eager;
+_Atomic uint64_t cupool__st_update_reason[UR_COUNT];
+_Atomic uint64_t cupool__st_node_refusals;
+_Atomic uint64_t cupool__st_update_errors;
 
 
 void cupool__list_unlink(struct gentry *e)

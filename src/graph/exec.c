@@ -94,7 +94,24 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
         case PN_KERNEL: {
             CUDA_KERNEL_NODE_PARAMS kp;
             kernel_params(n, p->args, p->argv, &kp);
-            r = CUPOOL_DRV(cupool__drv.cuGraphAddKernelNode(out, e->graph, deps, n->ndeps, &kp));
+            const struct kattr *ka = n->attr ? &p->kattr[i] : NULL;
+            size_t nd = n->ndeps;
+            if (ka && ka->programmatic) { /* the kernels it depends on: programmatic edges */
+                nd = 0;
+                for (uint32_t d = 0; d < n->ndeps; d++) {
+                    uint32_t on = p->deps[n->dep_start + d];
+                    if (p->nodes[on].type != PN_KERNEL)
+                        deps[nd++] = e->gnodes[on];
+                }
+            }
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddKernelNode(out, e->graph, deps, nd, &kp));
+            if (r == CUDA_SUCCESS && ka) {
+                r = cupool__kattr_node_set(*out, ka, i);
+                if (r == CUDA_SUCCESS && ka->programmatic)
+                    r = cupool__kattr_edges(e->graph, p, i, e->gnodes, *out);
+                if (r != CUDA_SUCCESS)
+                    goto out; /* said what failed */
+            }
             break;
         }
         case PN_MEMSET: {
@@ -131,6 +148,10 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "adding node to a pipeline graph failed");
     return CUDA_SUCCESS;
+out:
+    if (deps != deps_buf)
+        cupool__free(deps, depcap * sizeof(*deps));
+    return r;
 }
 
 /* A CUgraph is not internally synchronised (CUDA driver API documentation): a cached entry's
@@ -281,9 +302,10 @@ CUresult cupool__clone_take_params(const struct gentry *e, const struct gexec *x
 
 /* A new exec of e, owned by the caller: of graph when given (a capture's own), else of a
  * clone of e's template carrying the parameters of p (the launching pipeline; NULL: the
- * template's own, as when p built it). */
+ * template's own, as when p built it). Instantiated with e's flags, and uploaded on *upload
+ * (the stream of the launch it is for) when upload is not NULL (cupool__instantiate_gated). */
 CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
-                             struct gexec **out)
+                             const CUstream *upload, struct gexec **out)
 {
     struct gexec *x = cupool__exec_struct_get();
     if (!x)
@@ -310,11 +332,8 @@ CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipe
     bool fp_known = false;
     if (r == CUDA_SUCCESS && e->captured)
         fp_known = cupool__graph_fingerprint(graph, &fp, &nfp);
-    if (r == CUDA_SUCCESS) {
-        r = cupool__instantiate_gated(&x->exec, graph);
-        if (r != CUDA_SUCCESS)
-            cupool__fail(r, "cuGraphInstantiateWithFlags failed");
-    }
+    if (r == CUDA_SUCCESS)
+        r = cupool__instantiate_gated(&x->exec, graph, e->inst_flags, upload); /* says why */
     if (r == CUDA_SUCCESS)
         cupool__exec_fp_set(x, fp, nfp, fp_known);
     else
@@ -355,15 +374,16 @@ CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipe
     return CUDA_SUCCESS;
 }
 
-CUresult cupool__exec_new(struct gentry *e, struct gexec **out)
+CUresult cupool__exec_new(struct gentry *e, const CUstream *upload, struct gexec **out)
 {
-    return cupool__exec_new_of(e, NULL, NULL, out);
+    return cupool__exec_new_of(e, NULL, NULL, upload, out);
 }
 
-/* A new entry for the pipeline: template graph and a first exec (owned by the caller). Not
- * under the lock. */
+/* A new entry for the pipeline: template graph and a first exec (owned by the caller; uploaded
+ * on *upload when not NULL). Not under the lock. */
 CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
-                           unsigned long long ctx_id, CUcontext ctx, struct gentry **out)
+                           unsigned long long ctx_id, CUcontext ctx, const CUstream *upload,
+                           struct gentry **out)
 {
     struct gentry *e = cupool__entry_struct_get();
     if (!e)
@@ -373,6 +393,7 @@ CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig
     e->ctx = ctx;
     e->n = p->n;
     e->nsig = nsig;
+    e->inst_flags = cupool__kattr_inst_flags(p);
     e->sig = cupool__alloc(nsig * sizeof(*e->sig));
     e->gnodes = cupool__alloc(p->n * sizeof(*e->gnodes));
     e->tmpl = cupool__alloc(p->n * sizeof(*e->tmpl));
@@ -390,7 +411,7 @@ CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig
     }
     struct gexec *x = NULL;
     if (r == CUDA_SUCCESS)
-        r = cupool__exec_new(e, &x);
+        r = cupool__exec_new(e, upload, &x);
     if (r != CUDA_SUCCESS) {
         cupool__objects_destroy(NULL, e->graph, NULL, ctx, ctx_id);
         cupool__free(e->sig, nsig * sizeof(*e->sig));
@@ -491,10 +512,12 @@ static inline void snapshot_node(struct gexec *x, const struct cupool_pipeline *
 /* Updates the nodes of x that differ from the pipeline: only the nodes marked since the
  * pipeline's last launch when x ran that launch (tagged (p, p->gen)) and the structure is the
  * same, bringing the snapshot up to date as it goes (*patched); else every node, compared
- * with x's snapshot (which the caller then replaces). *compared: the nodes compared. Returns false if the driver refused. */
-bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool same,
-                         uint64_t *updated, bool *unchanged, bool *patched,
-                         uint64_t *compared)
+ * with x's snapshot (which the caller then replaces). *compared: the nodes compared. Returns
+ * CUDA_SUCCESS, or the error of the node update the driver refused (the updates stop there;
+ * not recorded: the caller says what it makes of it). */
+CUresult cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
+                             bool same, uint64_t *updated, bool *unchanged, bool *patched,
+                             uint64_t *compared)
 {
     *updated = 0;
     *compared = 0;
@@ -526,7 +549,7 @@ bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeli
             }
         gate_leave(gate);
         *patched = r == CUDA_SUCCESS;
-        return r == CUDA_SUCCESS;
+        return r;
     }
     /* every node: in the common case, nothing changed, two comparisons for the whole pipeline */
     *compared = p->n;
@@ -534,11 +557,11 @@ bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeli
                  memcmp(p->nodes, x->snap, p->n * sizeof(*p->nodes)) == 0 &&
                  (!p->alen || memcmp(p->args, x->snap_args, p->alen) == 0);
     if (*unchanged)
-        return true;
+        return CUDA_SUCCESS;
     _Atomic uint32_t *gate = gate_enter();
     CUresult r = nodes_set_changed(p, x->snap, x->snap_args, x->nodes, x->exec, e->ctx, updated);
     gate_leave(gate);
-    return r == CUDA_SUCCESS;
+    return r;
 }
 
 /* cupool__refill_launched's part for a description that differed from the last launch's:
@@ -553,6 +576,33 @@ void cupool__refill_consumed(struct cupool_pipeline *p)
     p->redescribed = false;
 }
 
+/* Launches kernel node i (parameters kp) with its launch attributes ka on s: cuLaunchKernelEx
+ * with the attributes it was described with. */
+static CUresult eager_kernel_ex(const CUDA_KERNEL_NODE_PARAMS *kp, const struct kattr *ka,
+                                CUstream s, uint32_t i)
+{
+    if (!cupool__drv.cuLaunchKernelEx)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                            "the driver lacks cuLaunchKernelEx: kernel node %u, which has launch "
+                            "attributes, cannot be launched node by node",
+                            i);
+    CUlaunchAttribute attrs[KATTR_LAUNCH_MAX];
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDimX = kp->gridDimX, cfg.gridDimY = kp->gridDimY, cfg.gridDimZ = kp->gridDimZ;
+    cfg.blockDimX = kp->blockDimX, cfg.blockDimY = kp->blockDimY, cfg.blockDimZ = kp->blockDimZ;
+    cfg.sharedMemBytes = kp->sharedMemBytes;
+    cfg.hStream = s;
+    cfg.attrs = attrs;
+    cfg.numAttrs = cupool__kattr_launch(ka, attrs);
+    CUresult r = CUPOOL_DRV(cupool__drv.cuLaunchKernelEx(&cfg, kp->func, kp->kernelParams, NULL));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "launching node %u of a pipeline (cuLaunchKernelEx, %u launch "
+                               "attributes) failed",
+                            i, cfg.numAttrs);
+    return CUDA_SUCCESS;
+}
+
 /* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order
  * is a topological order: every dependency was added before its dependant. */
 CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s)
@@ -565,6 +615,12 @@ CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s)
         case PN_KERNEL: {
             CUDA_KERNEL_NODE_PARAMS kp;
             kernel_params(n, p->args, p->argv, &kp);
+            if (n->attr) { /* with its launch attributes */
+                r = eager_kernel_ex(&kp, &p->kattr[i], s, i);
+                if (r != CUDA_SUCCESS)
+                    return r; /* said what failed */
+                break;
+            }
             r = CUPOOL_DRV(cupool__drv.cuLaunchKernel(kp.func, kp.gridDimX, kp.gridDimY,
                                                       kp.gridDimZ, kp.blockDimX, kp.blockDimY,
                                                       kp.blockDimZ, kp.sharedMemBytes, s,

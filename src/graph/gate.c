@@ -78,11 +78,77 @@ static void launches_drain(void)
         atomic_fetch_add_explicit(&cupool__gate_timeouts, 1, CUPOOL_RELAXED);
 }
 
-/* cuGraphInstantiateWithFlags, with no launch of cupool's inside the driver meanwhile. */
-CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph)
+/* Execs instantiated with an upload on their launch stream (graph statistics). */
+_Atomic uint64_t cupool__st_uploads;
+
+/* What CUgraphInstantiateResult says, for messages. */
+static const char *instantiate_result_text(CUgraphInstantiateResult r)
 {
+    switch ((int)r) {
+    case CUDA_GRAPH_INSTANTIATE_SUCCESS:
+        return "CUDA_GRAPH_INSTANTIATE_SUCCESS";
+    case CUDA_GRAPH_INSTANTIATE_ERROR:
+        return "CUDA_GRAPH_INSTANTIATE_ERROR (an invalid value or an unexpected error)";
+    case CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE:
+        return "CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE (a cycle, or another invalid structure)";
+    case CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED:
+        return "CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED";
+    case CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED:
+        return "CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED";
+    default:
+        return "an instantiation result unknown to this cupool";
+    }
+}
+
+/* May a new exec be uploaded on *upload as it is instantiated? With CUPOOL_GRAPH_UPLOAD (on
+ * by default), a driver with cuGraphInstantiateWithParams, and a stream that is not capturing
+ * (an upload is stream work; a capture would take it, or refuse it). */
+static bool upload_wanted(const CUstream *upload)
+{
+    if (!upload || !cupool__cfg.graph_upload || !cupool__drv.cuGraphInstantiateWithParams)
+        return false;
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return CUPOOL_DRV(cupool__drv.cuStreamIsCapturing(*upload, &cs)) == CUDA_SUCCESS &&
+           cs == CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* The instantiation: cuGraphInstantiateWithParams with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD on
+ * *upload when `up`, so that the exec's first launch does not carry its upload (its result
+ * info read on failure); else cuGraphInstantiateWithFlags, as before there was an upload (a
+ * driver without cuGraphInstantiateWithParams, CUPOOL_GRAPH_UPLOAD=0, a capture's stream). */
+static CUresult instantiate(CUgraphExec *exec, CUgraph graph, unsigned long long flags,
+                            const CUstream *upload, bool up)
+{
+    if (!up) {
+        CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, flags));
+        if (r != CUDA_SUCCESS)
+            return cupool__fail(r, "cuGraphInstantiateWithFlags (flags 0x%llx) failed", flags);
+        return CUDA_SUCCESS;
+    }
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+    memset(&ip, 0, sizeof(ip));
+    ip.flags = flags | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    ip.hUploadStream = *upload;
+    ip.result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithParams(exec, graph, &ip));
+    if (r != CUDA_SUCCESS)
+        return cupool__fail(r, "cuGraphInstantiateWithParams (flags 0x%llx, uploading on the "
+                               "launch stream) failed: %s%s",
+                            (unsigned long long)ip.flags, instantiate_result_text(ip.result_out),
+                            ip.hErrNode_out ? "; the driver named a node at fault" : "");
+    atomic_fetch_add_explicit(&cupool__st_uploads, 1, CUPOOL_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+/* Instantiates graph into *exec with flags (the entry's), with no launch of cupool's inside
+ * the driver meanwhile; uploads it on *upload (the stream of the launch it is for; NULL:
+ * none) where it can (instantiate()). On failure the error says what was tried. */
+CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph, unsigned long long flags,
+                                   const CUstream *upload)
+{
+    bool up = upload_wanted(upload);
     if (!cupool__cfg.graph_gate) /* CUPOOL_GRAPH_GATE=0 */
-        return CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
+        return instantiate(exec, graph, flags, upload, up);
     /* launches held back by earlier instantiations pass first */
     if (atomic_load(&gate_waiters)) {
         uint64_t deadline = cupool__monotonic_ns() + GATE_YIELD_NS;
@@ -91,7 +157,7 @@ CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph)
     }
     atomic_fetch_add(&cupool__inst_gate, 1);
     launches_drain();
-    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphInstantiateWithFlags(exec, graph, 0));
+    CUresult r = instantiate(exec, graph, flags, upload, up);
     if (atomic_fetch_sub(&cupool__inst_gate, 1) == 1) { /* the last one out opens the gate */
         pthread_mutex_lock(&gate_mutex);
         pthread_cond_broadcast(&gate_open);

@@ -7,8 +7,11 @@
 
 extern _Atomic uint32_t cupool__launch_anon; /* gated launches of threads without a cache */
 extern _Atomic uint32_t cupool__inst_gate;   /* instantiations starting or running */
-/* cuGraphInstantiateWithFlags, with no launch of cupool's inside the driver meanwhile. */
-CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph);
+/* Instantiates graph with flags, with no launch of cupool's inside the driver meanwhile, and
+ * uploads the exec on *upload (NULL: no upload) where it can (gate.c). */
+CUresult cupool__instantiate_gated(CUgraphExec *exec, CUgraph graph, unsigned long long flags,
+                                   const CUstream *upload);
+extern _Atomic uint64_t cupool__st_uploads; /* execs uploaded as they were instantiated */
 /* A launch that found the gate closed waits here. */
 void cupool__gate_wait(_Atomic uint32_t *c);
 

@@ -66,10 +66,33 @@ struct fninfo {
     struct fninfo *next;
 };
 
+/* A kernel node's launch attributes (cupool_pipeline_kernel_ex), normalised: zeroed, then
+ * each attribute given written in its field and flagged in `given` (a bit per
+ * CUlaunchAttributeID), so that two equal sets of attributes are equal bytes whatever the
+ * order they were given in. Every one of them is structure (the driver cannot change it in
+ * an instantiated exec, see attrs.c): its words are the node's signature words. */
+struct kattr {
+    uint32_t given;        /* 1u << CUlaunchAttributeID of each attribute given */
+    uint32_t cluster[3];   /* CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (blocks) */
+    uint32_t preferred[3]; /* CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION (blocks) */
+    int32_t priority;      /* CU_LAUNCH_ATTRIBUTE_PRIORITY */
+    uint8_t cooperative;   /* CU_LAUNCH_ATTRIBUTE_COOPERATIVE (0 or 1) */
+    uint8_t programmatic;  /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (0 or 1) */
+    uint8_t policy;        /* CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE */
+    uint8_t sync_domain;   /* CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN */
+    uint8_t sync_map[2];   /* CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP: default, remote */
+    uint8_t zero[2];
+};
+#define KATTR_WORDS (sizeof(struct kattr) / sizeof(uint64_t))
+_Static_assert(sizeof(struct kattr) % sizeof(uint64_t) == 0, "kattr: whole signature words");
+/* A kernel node with attributes: its first signature word's type carries this bit, and its
+ * KATTR_WORDS attribute words follow the function's. */
+#define SIG_KATTR 0x100u
+
 struct pnode {
     uint32_t type;
     uint32_t ndeps, dep_start; /* into the pipeline's deps[] */
-    uint32_t pad;
+    uint32_t attr;             /* a kernel: 1 when it has launch attributes (kattr[i]), else 0 */
     union {
         struct {
             CUfunction fn;
@@ -151,6 +174,10 @@ struct cupool_pipeline {
     uint64_t gen;
     void **argv; /* scratch for kernelParams */
     size_t argvcap;
+    /* the launch attributes of kernel node i, at kattr[i] when nodes[i].attr (refilled in
+     * place like the nodes) */
+    struct kattr *kattr;
+    size_t kattrcap;
     const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
     unsigned fnext;
     uint64_t fn_epoch; /* fn_epoch when fcache was filled */
@@ -235,6 +262,9 @@ struct gentry {
     size_t tmpl_alen;
     struct gexec *execs[EXECS_LIMIT];
     bool captured; /* cupool_capture_launch's: its execs keep launch-attribute fingerprints */
+    /* the flags its execs are instantiated with: CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
+     * when a kernel gives a priority (structure: part of the signature) */
+    unsigned long long inst_flags;
     int nexecs;
     int npending; /* new execs being instantiated for it (counted against the limit) */
     _Atomic bool multi_stream; /* set under the lock, read without */
@@ -300,6 +330,23 @@ extern uint64_t cupool__st_misses;
 extern _Atomic uint64_t cupool__st_nodes_updated;
 extern _Atomic uint64_t cupool__st_update_failures;
 extern _Atomic uint64_t cupool__st_updates;
+/* Refusals of an update, by reason: cuGraphExecUpdate's result info (CU_GRAPH_EXEC_UPDATE_
+ * ERROR_*: UR_TOPOLOGY_CHANGED is result 2, ...), every other outcome in UR_OTHER; node updates
+ * the driver refused; refusals a new instantiation would not cure (the launch failed). */
+enum {
+    UR_TOPOLOGY_CHANGED,
+    UR_NODE_TYPE_CHANGED,
+    UR_FUNCTION_CHANGED,
+    UR_PARAMETERS_CHANGED,
+    UR_NOT_SUPPORTED,
+    UR_UNSUPPORTED_FUNCTION_CHANGE,
+    UR_ATTRIBUTES_CHANGED,
+    UR_OTHER,
+    UR_COUNT
+};
+extern _Atomic uint64_t cupool__st_update_reason[UR_COUNT];
+extern _Atomic uint64_t cupool__st_node_refusals;
+extern _Atomic uint64_t cupool__st_update_errors;
 extern pthread_mutex_t cupool__template_lock;
 /* a counter alone on its cache line */
 typedef CUPOOL_LINE(_Atomic uint64_t) cupool__line_counter;
@@ -338,6 +385,17 @@ void cupool__list_push(struct gentry *e);
 void cupool__list_unlink(struct gentry *e);
 bool cupool__snapshot(struct gexec *x, const struct cupool_pipeline *p);
 
+/* graph/attrs.c */
+CUresult cupool__kattr_parse(const CUlaunchAttribute *attrs, unsigned int nattrs,
+                             const uint32_t shape[7], struct kattr *out);
+CUresult cupool__kattr_support(const struct kattr *ka);
+CUresult cupool__kattr_node_set(CUgraphNode node, const struct kattr *ka, uint32_t i);
+unsigned cupool__kattr_launch(const struct kattr *ka, CUlaunchAttribute *out);
+CUresult cupool__kattr_edges(CUgraph graph, const struct cupool_pipeline *p, uint32_t i,
+                             const CUgraphNode *gnodes, CUgraphNode node);
+unsigned long long cupool__kattr_inst_flags(const struct cupool_pipeline *p);
+#define KATTR_LAUNCH_MAX 8 /* attributes cupool__kattr_launch writes at most */
+
 /* graph/graveyard.c */
 bool cupool__entry_evict(struct gentry *e);
 void cupool__entry_free(struct gentry *e);
@@ -364,10 +422,11 @@ CUresult cupool__clone_take_params(const struct gentry *e, const struct gexec *x
 CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s);
 bool cupool__eager_supported(void);
 CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
-                           unsigned long long ctx_id, CUcontext ctx, struct gentry **out);
-CUresult cupool__exec_new(struct gentry *e, struct gexec **out);
+                           unsigned long long ctx_id, CUcontext ctx, const CUstream *upload,
+                           struct gentry **out);
+CUresult cupool__exec_new(struct gentry *e, const CUstream *upload, struct gexec **out);
 CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
-                             struct gexec **out);
+                             const CUstream *upload, struct gexec **out);
 struct gexec *cupool__exec_pick(struct gentry *e, CUstream stream);
 /* Does x hold exactly p's description already (it ran p's last launch, and p has not changed
  * since)? Then a launch needs no comparison and no update: looked at inline before
@@ -377,9 +436,9 @@ static inline bool cupool__exec_holds(const struct gexec *x, const struct cupool
 {
     return !dirty && x->snap_owner == p && x->snap_gen == p->gen;
 }
-bool cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p, bool same,
-                         uint64_t *updated, bool *unchanged, bool *patched,
-                         uint64_t *compared);
+CUresult cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pipeline *p,
+                             bool same, uint64_t *updated, bool *unchanged, bool *patched,
+                             uint64_t *compared);
 bool cupool__graphs_supported_slow(void);
 extern _Atomic int cupool__graphs_known; /* 0 unknown, 1 no, 2 yes */
 /* Does the driver table hold every entry point pipelines need? Looked at once: the table is

@@ -137,9 +137,9 @@ static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgra
  * *one_off when the entry is at CUPOOL_GRAPH_EXECS_MAX (then used once and destroyed). On
  * failure the entry is released. */
 static CUresult exec_add(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
-                         struct gexec **x, bool *one_off)
+                         CUstream stream, struct gexec **x, bool *one_off)
 {
-    CUresult r = cupool__exec_new_of(e, graph, p, x);
+    CUresult r = cupool__exec_new_of(e, graph, p, &stream, x);
     pthread_mutex_lock(&cupool__cache_lock);
     /* a place exec_pick reserved (this launch's, or one another launch will not need now) */
     bool place = e->npending > 0 && e->nexecs < execs_max();
@@ -351,7 +351,7 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
         if (!s->ctx && (r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s->ctx))) != CUDA_SUCCESS)
             return cupool__fail(r, "cuCtxGetCurrent failed");
         struct gentry *fresh = NULL;
-        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, &fresh);
+        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, &stream, &fresh);
         if (r != CUDA_SUCCESS)
             return r;
         s->inst++;
@@ -374,7 +374,7 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
         ne->nsig = s->nsig;
         ne->captured = true;
         ne->graph = graph;
-        r = cupool__exec_new(ne, &nx);
+        r = cupool__exec_new(ne, &stream, &nx);
     } else {
         r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph cache entry");
     }
@@ -399,7 +399,8 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
 /* A pipeline's exec that the driver would not update (on the H200 an event node whose event
  * was destroyed since is refused): instantiated afresh, from a fresh clone (the old one has
  * a launched exec, see exec_new_of) carrying this launch's parameters. */
-static CUresult exec_rebuild(struct launch_src *s, struct gentry *e, struct gexec *x)
+static CUresult exec_rebuild(struct launch_src *s, struct gentry *e, struct gexec *x,
+                             CUstream stream)
 {
     cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id); /* its launches run on */
     x->exec = NULL;
@@ -414,7 +415,7 @@ static CUresult exec_rebuild(struct launch_src *s, struct gentry *e, struct gexe
         x->nnodes = e->n;
         r = cupool__clone_take_params(e, x, s->p);
         if (r == CUDA_SUCCESS)
-            r = cupool__instantiate_gated(&x->exec, x->graph);
+            r = cupool__instantiate_gated(&x->exec, x->graph, e->inst_flags, &stream);
     }
     s->inst++;
     s->updated = 0;
@@ -426,39 +427,132 @@ static CUresult exec_rebuild(struct launch_src *s, struct gentry *e, struct gexe
     return r;
 }
 
-/* A capture's exec, with CUPOOL_CAPTURE_UPDATE on a hit: patched with the new capture,
- * unless a launch attribute the driver does not update in place changed (graph_fingerprint):
- * then, and when the driver refuses the update, the new capture is instantiated instead. */
-static CUresult exec_recapture(struct launch_src *s, struct gexec *x)
+/* ---- precise updates: what a refused update says, and whether instantiating cures it ---- */
+
+/* The names of cuGraphExecUpdate's results, for messages. */
+static const char *update_result_name(CUgraphExecUpdateResult why)
+{
+    switch ((int)why) {
+    case CU_GRAPH_EXEC_UPDATE_SUCCESS: return "CU_GRAPH_EXEC_UPDATE_SUCCESS";
+    case CU_GRAPH_EXEC_UPDATE_ERROR: return "CU_GRAPH_EXEC_UPDATE_ERROR";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED: return "TOPOLOGY_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED: return "NODE_TYPE_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED: return "FUNCTION_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED: return "PARAMETERS_CHANGED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED: return "NOT_SUPPORTED";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE:
+        return "UNSUPPORTED_FUNCTION_CHANGE";
+    case CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED: return "ATTRIBUTES_CHANGED";
+    default: return "a result unknown to this cupool";
+    }
+}
+
+/* Counts a refused cuGraphExecUpdate (r: what it returned) by the reason its result info
+ * gives: each CU_GRAPH_EXEC_UPDATE_ERROR_* reason its own counter; CU_GRAPH_EXEC_UPDATE_ERROR,
+ * a result unknown here, or the call failing with an error other than
+ * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE in "other". */
+static void count_update_refusal(CUresult r, CUgraphExecUpdateResult why)
+{
+    int k = UR_OTHER;
+    if (r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE &&
+        (int)why >= (int)CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED &&
+        (int)why <= (int)CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED)
+        k = UR_TOPOLOGY_CHANGED + ((int)why - (int)CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    atomic_fetch_add_explicit(&cupool__st_update_reason[k], 1, CUPOOL_RELAXED);
+}
+
+/* Does instantiating afresh cure an update the driver refused with r? Yes when the driver
+ * said the update itself is not possible: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE (whatever the
+ * reason: a new exec of the new graph has no old one to match), CUDA_ERROR_INVALID_VALUE (a
+ * node update refused: an event destroyed since, a shape the node cannot take) and
+ * CUDA_ERROR_NOT_SUPPORTED. No for anything else: a context destroyed or broken by a sticky
+ * error, the driver gone or torn down, memory exhausted: an instantiation would fail the
+ * same way, or on a context that can run nothing, so the launch returns the error instead. */
+static bool refusal_curable(CUresult r)
+{
+    return r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE || r == CUDA_ERROR_INVALID_VALUE ||
+           r == CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* A capture's exec, with CUPOOL_CAPTURE_UPDATE on a hit: patched with the new capture. A
+ * refusal is counted by the reason cuGraphExecUpdate's result info gives; an update the
+ * driver accepts although a kernel's launch attribute that it does not update in place
+ * changed (graph_fingerprint; the H200 accepted a changed cluster dimension and kept the old
+ * one) is refused by cupool itself, counted as ATTRIBUTES_CHANGED (asking the driver first
+ * lets a changed topology or node type be counted as what it is). A refusal that
+ * instantiating cures (refusal_curable) instantiates the new capture in the exec's place;
+ * any other leaves the exec as it was and is the launch's error (*uncured). */
+static CUresult exec_recapture(struct launch_src *s, struct gexec *x, CUstream stream,
+                               bool *uncured)
 {
     uint32_t *fp = NULL;
     size_t nfp = 0;
     bool fp_known = cupool__graph_fingerprint(s->fresh, &fp, &nfp);
-    CUresult r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-    if (cupool__fp_same(x, fp, nfp, fp_known)) {
-        CUgraphExecUpdateResultInfo info;
-        memset(&info, 0, sizeof(info));
-        _Atomic uint32_t *gate = gate_enter();
-        r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, s->fresh, &info));
-        gate_leave(gate);
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof(info));
+    info.result = CU_GRAPH_EXEC_UPDATE_ERROR;
+    _Atomic uint32_t *gate = gate_enter();
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphExecUpdate(x->exec, s->fresh, &info));
+    gate_leave(gate);
+    if (r == CUDA_SUCCESS && !cupool__fp_same(x, fp, nfp, fp_known)) {
+        r = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE; /* the exec is instantiated afresh below */
+        info.result = CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED;
     }
     if (r == CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
         cupool__free(fp, nfp * sizeof(*fp));
+        return CUDA_SUCCESS;
+    }
+    count_update_refusal(r, info.result);
+    if (!refusal_curable(r)) {
+        cupool__free(fp, nfp * sizeof(*fp));
+        atomic_fetch_add_explicit(&cupool__st_update_errors, 1, CUPOOL_RELAXED);
+        *uncured = true;
+        return cupool__fail(r, "cuGraphExecUpdate of capture key 0x%llx failed (%s), which a new "
+                               "instantiation would not cure: nothing launched, the cached exec "
+                               "left as it was",
+                            (unsigned long long)s->sig[1], cupool_result_name(r));
+    }
+    cupool__log(CUPOOL_LOG_DEBUG,
+                "capture key 0x%llx: the update was refused (%s, %s%s%s); instantiating the new "
+                "capture",
+                (unsigned long long)s->sig[1], cupool_result_name(r),
+                update_result_name(info.result), info.errorNode ? ", a node named" : "",
+                info.errorFromNode ? " with the dependency at fault" : "");
+    s->failures++;
+    cupool__objects_destroy(x->exec, NULL, NULL, s->ctx, s->ctx_id);
+    x->exec = NULL;
+    r = cupool__instantiate_gated(&x->exec, s->fresh, 0, &stream);
+    s->inst++;
+    if (r == CUDA_SUCCESS) {
+        cupool__exec_fp_set(x, fp, nfp, fp_known);
     } else {
-        s->failures++;
-        cupool__objects_destroy(x->exec, NULL, NULL, s->ctx, s->ctx_id);
         x->exec = NULL;
-        r = cupool__instantiate_gated(&x->exec, s->fresh);
-        s->inst++;
-        if (r == CUDA_SUCCESS) {
-            cupool__exec_fp_set(x, fp, nfp, fp_known);
-        } else {
-            x->exec = NULL;
-            cupool__free(fp, nfp * sizeof(*fp));
-        }
+        cupool__free(fp, nfp * sizeof(*fp));
     }
     return r;
+}
+
+/* A pipeline's node update the driver refused with `why` (cupool__exec_update): counted; an
+ * exec instantiated afresh when that cures it (refusal_curable: exec_rebuild), else the
+ * launch's error, with nothing launched (*uncured; the exec, partly updated, is dropped). */
+static CUresult node_refused(struct launch_src *s, struct gentry *e, struct gexec *x,
+                             CUstream stream, CUresult why, bool *uncured)
+{
+    atomic_fetch_add_explicit(&cupool__st_node_refusals, 1, CUPOOL_RELAXED);
+    if (refusal_curable(why)) {
+        cupool__log(CUPOOL_LOG_DEBUG,
+                    "a node update of a cached pipeline graph was refused (%s); instantiating "
+                    "the exec afresh",
+                    cupool_result_name(why));
+        s->failures++;
+        return exec_rebuild(s, e, x, stream);
+    }
+    atomic_fetch_add_explicit(&cupool__st_update_errors, 1, CUPOOL_RELAXED);
+    *uncured = true;
+    return cupool__fail(why, "updating a node of a cached pipeline graph failed (%s), which a new "
+                             "instantiation would not cure: nothing launched",
+                        cupool_result_name(why));
 }
 
 /*
@@ -504,7 +598,7 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
     bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
     if (!x) {
         /* a capture's new exec comes from this call's capture when there is one */
-        r = exec_add(e, s->fresh, s->p, &x, &one_off);
+        r = exec_add(e, s->fresh, s->p, stream, &x, &one_off);
         if (s->fresh) {
             cupool__objects_destroy(NULL, s->fresh, NULL, s->ctx, s->ctx_id);
             s->fresh = NULL; /* no update needed */
@@ -515,17 +609,16 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
         }
         s->inst++;
     }
+    bool uncured = false; /* an update refused in a way no instantiation cures */
     if (s->p) {
         /* every repeat launch of an unchanged pipeline: no call */
         if (cupool__exec_holds(x, s->p, s->dirty))
             s->unchanged = true;
-        else if (!cupool__exec_update(e, x, s->p, s->same, &s->updated, &s->unchanged,
-                                      &s->patched, &s->compared)) {
-            s->failures++;
-            r = exec_rebuild(s, e, x);
-        }
+        else if ((r = cupool__exec_update(e, x, s->p, s->same, &s->updated, &s->unchanged,
+                                          &s->patched, &s->compared)) != CUDA_SUCCESS)
+            r = node_refused(s, e, x, stream, r, &uncured);
     } else if (s->fresh) {
-        r = exec_recapture(s, x);
+        r = exec_recapture(s, x, stream, &uncured);
         cupool__objects_destroy(NULL, s->fresh, NULL, s->ctx, s->ctx_id);
         s->fresh = NULL;
     }
@@ -534,11 +627,13 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
         r = exec_launch(e, x, stream, &recorded);
         launched = r == CUDA_SUCCESS;
     } else if (s->p) {
-        /* the exec is unusable: this launch goes node by node */
-        r = cupool__eager_supported() ? cupool__eager_launch(s->p, stream) : r;
+        /* the exec is unusable: this launch goes node by node, unless the update's error is
+         * one no instantiation cures (then it is the launch's) */
+        if (!uncured)
+            r = cupool__eager_supported() ? cupool__eager_launch(s->p, stream) : r;
         cupool__objects_destroy(x->exec, NULL, NULL, e->ctx, e->ctx_id);
         x->exec = NULL;
-    } else if (r != CUDA_SUCCESS) {
+    } else if (r != CUDA_SUCCESS && !uncured) {
         cupool__fail(r, "instantiating a captured graph failed");
     }
     bool keep = !one_off && x->exec != NULL;
@@ -654,10 +749,21 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
                 ",\"update_failures\":%" PRIu64 ",\"evictions\":%" PRIu64
                 ",\"eager_launches\":%" PRIu64 ",\"entries\":%" PRIu64 ",\"execs\":%" PRIu64
                 ",\"bytes\":%" PRIu64 ",\"claims_lock_free\":%" PRIu64
-                ",\"claims_locked\":%" PRIu64 ",\"nodes_compared\":%" PRIu64 "}",
+                ",\"claims_locked\":%" PRIu64 ",\"nodes_compared\":%" PRIu64,
                 g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
                 g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes,
                 g.claims_lock_free, g.claims_locked, g.nodes_compared);
+        fprintf(out,
+                ",\"uploads\":%" PRIu64 ",\"update_topology_changed\":%" PRIu64
+                ",\"update_node_type_changed\":%" PRIu64 ",\"update_function_changed\":%" PRIu64
+                ",\"update_parameters_changed\":%" PRIu64 ",\"update_not_supported\":%" PRIu64
+                ",\"update_unsupported_function_change\":%" PRIu64
+                ",\"update_attributes_changed\":%" PRIu64 ",\"update_other\":%" PRIu64
+                ",\"node_update_refusals\":%" PRIu64 ",\"update_errors\":%" PRIu64 "}",
+                g.uploads, g.update_topology_changed, g.update_node_type_changed,
+                g.update_function_changed, g.update_parameters_changed, g.update_not_supported,
+                g.update_unsupported_function_change, g.update_attributes_changed,
+                g.update_other, g.node_update_refusals, g.update_errors);
         return CUDA_SUCCESS;
     }
     if (format == CUPOOL_STATS_FORMAT_PROMETHEUS) {
@@ -677,6 +783,29 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
         GRAPH_METRIC(claims_lock_free, "counter", "Launches that claimed an exec lock-free");
         GRAPH_METRIC(claims_locked, "counter", "Launches that took the cache lock");
         GRAPH_METRIC(nodes_compared, "counter", "Node parameters compared with an exec's");
+        GRAPH_METRIC(uploads, "counter", "Execs uploaded on their launch stream as instantiated");
+        GRAPH_METRIC(update_topology_changed, "counter",
+                     "Capture updates refused: CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED");
+        GRAPH_METRIC(update_node_type_changed, "counter",
+                     "Capture updates refused: CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED");
+        GRAPH_METRIC(update_function_changed, "counter",
+                     "Capture updates refused: CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED");
+        GRAPH_METRIC(update_parameters_changed, "counter",
+                     "Capture updates refused: CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED");
+        GRAPH_METRIC(update_not_supported, "counter",
+                     "Capture updates refused: CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED");
+        GRAPH_METRIC(update_unsupported_function_change, "counter",
+                     "Capture updates refused: "
+                     "CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE");
+        GRAPH_METRIC(update_attributes_changed, "counter",
+                     "Capture updates refused: CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED, or "
+                     "a launch attribute changed that the driver does not update in place");
+        GRAPH_METRIC(update_other, "counter",
+                     "Capture updates refused for another reason, or failed");
+        GRAPH_METRIC(node_update_refusals, "counter",
+                     "Pipeline node updates the driver refused");
+        GRAPH_METRIC(update_errors, "counter",
+                     "Refused updates a new instantiation would not cure (the launch failed)");
         GRAPH_METRIC(entries, "gauge", "Entries cached now");
         GRAPH_METRIC(execs, "gauge", "Graph execs alive now");
         GRAPH_METRIC(bytes, "gauge", "Estimated host and driver memory held by the graph cache");
@@ -691,6 +820,22 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
                 " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
                 g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
                 g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+    uint64_t refused = g.update_topology_changed + g.update_node_type_changed +
+                       g.update_function_changed + g.update_parameters_changed +
+                       g.update_not_supported + g.update_unsupported_function_change +
+                       g.update_attributes_changed + g.update_other + g.node_update_refusals;
+    if ((g.launches || g.eager_launches) && (g.uploads || refused))
+        fprintf(out,
+                "graph cache: %" PRIu64 " execs uploaded as instantiated; refused updates: %" PRIu64
+                " topology changed, %" PRIu64 " node type changed, %" PRIu64
+                " function changed, %" PRIu64 " parameters changed, %" PRIu64
+                " not supported, %" PRIu64 " unsupported function change, %" PRIu64
+                " attributes changed, %" PRIu64 " other, %" PRIu64 " node updates; %" PRIu64
+                " not cured by instantiating\n",
+                g.uploads, g.update_topology_changed, g.update_node_type_changed,
+                g.update_function_changed, g.update_parameters_changed, g.update_not_supported,
+                g.update_unsupported_function_change, g.update_attributes_changed,
+                g.update_other, g.node_update_refusals, g.update_errors);
     return CUDA_SUCCESS;
 }
 

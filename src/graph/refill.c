@@ -120,16 +120,17 @@ static inline void sig_refilled(struct cupool_pipeline *p, uint64_t w0, uint64_t
 }
 
 /* A kernel add refilled in place: the last launch's node at this place launched the same
- * function with its arguments at the same offset. False, with nothing added, for the general
- * path (kernel_add), which also reports bad arguments: no pipeline, a zero dimension, a NULL
- * argument, a library not running. The per-request path: every field is read once, only
- * what differs is written, and every check comes before the first write. (A trim since the
- * reset does not matter: the layouts in place are held by the pipeline, and f, being
- * described, is the function they were learnt for.) */
+ * function with its arguments at the same offset, and with the same launch attributes (ka;
+ * NULL: none). False, with nothing added, for the general path (kernel_add), which also
+ * reports bad arguments: no pipeline, a zero dimension, a NULL argument, a library not
+ * running. The per-request path: every field is read once, only what differs is written,
+ * and every check comes before the first write. (A trim since the reset does not matter: the
+ * layouts in place are held by the pipeline, and f, being described, is the function they
+ * were learnt for.) ka's attributes were checked against this launch shape already. */
 static inline __attribute__((always_inline)) bool
 kernel_refill(struct cupool_pipeline *p, CUfunction f, unsigned int gx, unsigned int gy,
               unsigned int gz, unsigned int bx, unsigned int by, unsigned int bz,
-              unsigned int shmem, void **args, cupool_node_t *number)
+              unsigned int shmem, void **args, const struct kattr *ka, cupool_node_t *number)
 {
     if (CUPOOL_UNLIKELY(!p || p->magic != PIPELINE_MAGIC ||
                         cupool__state_now() != CUPOOL_ST_RUNNING))
@@ -139,6 +140,9 @@ kernel_refill(struct cupool_pipeline *p, CUfunction f, unsigned int gx, unsigned
         return false;
     struct pnode *n = &p->nodes[i];
     if (n->type != PN_KERNEL || n->u.k.fn != f)
+        return false;
+    /* the same attributes as the node in place (they are structure: the node's words) */
+    if (ka ? !n->attr || memcmp(&p->kattr[i], ka, sizeof(*ka)) != 0 : n->attr != 0)
         return false;
     uint32_t off = (uint32_t)((p->alen + 15) & ~(size_t)15);
     const struct fninfo *fi = n->u.k.info;
@@ -174,7 +178,10 @@ kernel_refill(struct cupool_pipeline *p, CUfunction f, unsigned int gx, unsigned
         *number = i;
     if (changed)
         refill_mark(p, i);
-    sig_refilled(p, (uint64_t)PN_KERNEL << 32 | (i > 0), (uint64_t)(uintptr_t)f, i);
+    if (ka)
+        cupool__sig_node(p, i); /* with the attribute words */
+    else
+        sig_refilled(p, (uint64_t)PN_KERNEL << 32 | (i > 0), (uint64_t)(uintptr_t)f, i);
     return true;
 }
 
@@ -192,18 +199,32 @@ static CUresult add_noted(cupool_pipeline_t pipeline, CUresult r)
     return r;
 }
 
+/* The checks every kernel add makes first (who: the public call, for the message). */
+static CUresult kernel_check(const struct cupool_pipeline *p, CUfunction f, unsigned int grid_x,
+                             unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                             unsigned int block_y, unsigned int block_z, const char *who)
+{
+    if (!p || !f || !grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", who,
+                            !p   ? "not a pipeline"
+                            : !f ? "function is NULL"
+                                 : "a grid or block dimension is 0");
+    return CUDA_SUCCESS;
+}
+
+/* The general kernel add: the node written afresh, with the launch attributes ka (NULL:
+ * none), which the caller checked. */
 static CUresult kernel_add(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                            unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
                            unsigned int block_y, unsigned int block_z, unsigned int shared_bytes,
-                           void **args, cupool_node_t *node)
+                           void **args, const struct kattr *ka, cupool_node_t *node,
+                           const char *who)
 {
     struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
-    if (!p || !f || !grid_x || !grid_y || !grid_z || !block_x || !block_y || !block_z)
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            !p ? "cupool_pipeline_kernel: not a pipeline"
-                               : !f ? "cupool_pipeline_kernel: function is NULL"
-                                    : "cupool_pipeline_kernel: a grid or block dimension is 0");
-    CUresult r = cupool__enter();
+    CUresult r = kernel_check(p, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, who);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = cupool__enter();
     if (r != CUDA_SUCCESS)
         return r;
     const struct fninfo *fi = NULL;
@@ -212,19 +233,23 @@ static CUresult kernel_add(cupool_pipeline_t pipeline, CUfunction f, unsigned in
         return r;
     if (fi->nparams && !args)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            "cupool_pipeline_kernel: args is NULL for a kernel of %u parameters",
-                            fi->nparams);
+                            "%s: args is NULL for a kernel of %u parameters", who, fi->nparams);
     for (uint32_t i = 0; i < fi->nparams; i++)
         if (!args[i])
-            return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                                "cupool_pipeline_kernel: args[%u] is NULL", i);
+            return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: args[%u] is NULL", who, i);
     size_t off = (p->alen + 15) & ~(size_t)15;
     if (!cupool__grow((void **)&p->args, &p->acap, off + fi->bytes + 1, 1))
         return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for kernel arguments");
+    if (ka && !GROW(p->kattr, p->kattrcap, (size_t)p->n + 1))
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for launch attributes");
     struct pnode *n;
     r = cupool__node_push(p, PN_KERNEL, &n, node);
     if (r != CUDA_SUCCESS)
         return r;
+    if (ka) {
+        n->attr = 1;
+        p->kattr[p->n - 1] = *ka;
+    }
     memset(p->args + off, 0, fi->bytes);
     for (uint32_t i = 0; i < fi->nparams; i++)
         memcpy(p->args + off + fi->param[i].off, args[i], fi->param[i].size);
@@ -400,7 +425,7 @@ kernel_add_public(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                   void **args, cupool_node_t *node)
 {
     return PUBLIC_ADD(kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-                                 shared_bytes, args, node));
+                                 shared_bytes, args, NULL, node, "cupool_pipeline_kernel"));
 }
 
 /* Every kernel add that cupool_pipeline_kernel's lean path leaves: a refill in place that
@@ -412,7 +437,7 @@ kernel_add_other(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
                  void **args, cupool_node_t *node)
 {
     if (kernel_refill(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-                      shared_bytes, args, node))
+                      shared_bytes, args, NULL, node))
         return CUDA_SUCCESS;
     return kernel_add_public(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
                              shared_bytes, args, node);
@@ -494,8 +519,9 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
                         p->ndeps >= p->depcap || cupool__state_now() != CUPOOL_ST_RUNNING))
         goto other;
     struct pnode *n = &p->nodes[p->n];
-    /* the kind, function and shape in one test, the shape two words at a time (the union's
-     * words of another kind of node are read, never used) */
+    /* the kind (a kernel without launch attributes), function and shape in one test, the
+     * shape two words at a time (the union's words of another kind of node are read, never
+     * used) */
     uint64_t s01, s23, s45;
     memcpy(&s01, &n->u.k.shape[0], 8);
     memcpy(&s23, &n->u.k.shape[2], 8);
@@ -503,7 +529,7 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
     if (CUPOOL_UNLIKELY(((s01 ^ ((uint64_t)grid_y << 32 | grid_x)) |
                          (s23 ^ ((uint64_t)block_x << 32 | grid_z)) |
                          (s45 ^ ((uint64_t)block_z << 32 | block_y)) |
-                         (n->u.k.shape[6] ^ shared_bytes) | (n->type ^ PN_KERNEL)) != 0 ||
+                         (n->u.k.shape[6] ^ shared_bytes) | (n->type ^ PN_KERNEL) | n->attr) != 0 ||
                         n->u.k.fn != f))
         goto other;
     /* from here on the function and shape are the node's: kernel_add_at takes them there */
@@ -545,6 +571,53 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
 other:
     return kernel_add_other(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
                             shared_bytes, args, node);
+}
+
+/* A kernel add with launch attributes: checked and normalised first (attrs.c), then refilled
+ * in place when the node there has the same function, argument place and attributes, else
+ * written afresh. No attribute given (or only CU_LAUNCH_ATTRIBUTE_IGNORE): a plain kernel,
+ * exactly as cupool_pipeline_kernel adds it. */
+static CUresult kernel_ex_add(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                              unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                              unsigned int block_y, unsigned int block_z,
+                              unsigned int shared_bytes, void **args,
+                              const CUlaunchAttribute *attrs, unsigned int nattrs,
+                              cupool_node_t *node)
+{
+    static const char who[] = "cupool_pipeline_kernel_ex";
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    CUresult r = kernel_check(p, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, who);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const uint32_t shape[7] = {grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes};
+    struct kattr ka;
+    r = cupool__kattr_parse(attrs, nattrs, shape, &ka);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct kattr *kp = ka.given ? &ka : NULL;
+    if (kp) {
+        if ((r = cupool__enter()) != CUDA_SUCCESS || (r = cupool__kattr_support(kp)) != CUDA_SUCCESS)
+            return r;
+        if (kernel_refill(p, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+                          args, kp, node))
+            return CUDA_SUCCESS;
+    } else if (kernel_refill(p, f, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                             shared_bytes, args, NULL, node)) {
+        return CUDA_SUCCESS;
+    }
+    return kernel_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes,
+                      args, kp, node, who);
+}
+
+CUresult cupool_pipeline_kernel_ex(cupool_pipeline_t pipeline, CUfunction f, unsigned int grid_x,
+                                   unsigned int grid_y, unsigned int grid_z, unsigned int block_x,
+                                   unsigned int block_y, unsigned int block_z,
+                                   unsigned int shared_bytes, void **args,
+                                   const CUlaunchAttribute *attrs, unsigned int nattrs,
+                                   cupool_node_t *node)
+{
+    return PUBLIC_ADD(kernel_ex_add(pipeline, f, grid_x, grid_y, grid_z, block_x, block_y,
+                                    block_z, shared_bytes, args, attrs, nattrs, node));
 }
 
 CUresult cupool_pipeline_memset(cupool_pipeline_t pipeline, CUdeviceptr dst, unsigned int value,

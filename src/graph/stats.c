@@ -13,6 +13,7 @@
 #include "pool/pool.h"
 #include "graph/graph.h"
 #include "graph/graph_impl.h"
+#include "graph/gate.h"
 #include "graph/graveyard.h"
 
 #include <inttypes.h>
@@ -57,6 +58,21 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
     stats->execs = cupool__cache_execs;
     stats->bytes = cupool__cache_bytes;
     pthread_mutex_unlock(&cupool__cache_lock);
+    stats->uploads = atomic_load_explicit(&cupool__st_uploads, CUPOOL_RELAXED);
+    uint64_t *reason[UR_COUNT] = {
+        [UR_TOPOLOGY_CHANGED] = &stats->update_topology_changed,
+        [UR_NODE_TYPE_CHANGED] = &stats->update_node_type_changed,
+        [UR_FUNCTION_CHANGED] = &stats->update_function_changed,
+        [UR_PARAMETERS_CHANGED] = &stats->update_parameters_changed,
+        [UR_NOT_SUPPORTED] = &stats->update_not_supported,
+        [UR_UNSUPPORTED_FUNCTION_CHANGE] = &stats->update_unsupported_function_change,
+        [UR_ATTRIBUTES_CHANGED] = &stats->update_attributes_changed,
+        [UR_OTHER] = &stats->update_other,
+    };
+    for (int k = 0; k < UR_COUNT; k++)
+        *reason[k] = atomic_load_explicit(&cupool__st_update_reason[k], CUPOOL_RELAXED);
+    stats->node_update_refusals = atomic_load_explicit(&cupool__st_node_refusals, CUPOOL_RELAXED);
+    stats->update_errors = atomic_load_explicit(&cupool__st_update_errors, CUPOOL_RELAXED);
     cupool__stats_put(out, stats, sizeof(*stats));
     return CUDA_SUCCESS;
 }

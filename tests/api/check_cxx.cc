@@ -449,6 +449,31 @@ START_TEST(pipeline_builder_launches)
         ck_assert_uint_eq(v[3], 2);
     }
 
+    // launch attributes through the builder (cooperative: any GPU of the H100/H200 kind),
+    // given as a list; an attribute not taken throws, naming it
+    {
+        cupool::pipeline q = cupool::pipeline::create();
+        CUdeviceptr p3 = mem + 12;
+        unsigned two = 2;
+        CUlaunchAttribute coop;
+        std::memset(&coop, 0, sizeof coop);
+        coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        coop.value.cooperative = 1;
+        q.memset(p3, 0, 4, 1);
+        cupool_node_t n = q.kernel_ex(k.add_u32, 1, 1, 0, {&p3, &two}, {coop});
+        ck_assert_uint_eq(n, 1);
+        q.launch(s);
+        read(v);
+        ck_assert_uint_eq(v[3], 2);
+        CUlaunchAttribute window;
+        std::memset(&window, 0, sizeof window);
+        window.id = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+        ck_assert_int_eq(q.try_kernel_ex(k.add_u32, 1, 1, 0, {&p3, &two}, {window}),
+                         CUDA_ERROR_INVALID_VALUE);
+        ck_assert_msg(std::strstr(cupool_error_string(), "ACCESS_POLICY_WINDOW") != nullptr,
+                      "%s", cupool_error_string());
+    }
+
     // a failed add throws, and is remembered until reset
     try {
         p.reset();

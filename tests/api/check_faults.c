@@ -99,7 +99,7 @@ static const struct fault_case cases[] = {
     {"cuGraphAddHostNode", {E_DI, E_NI, E_CTX, E_VAL}, GRAPH},
     {"cuGraphAddEventRecordNode", {E_DI, E_NI, E_CTX, E_VAL}, GRAPH},
     {"cuGraphAddEventWaitNode", {E_DI, E_NI, E_CTX, E_VAL}, GRAPH},
-    {"cuGraphInstantiate", {E_DI, E_NI, E_VAL, E_OOM}, GRAPH},
+    {"cuGraphInstantiateWithParams", {E_DI, E_NI, E_VAL, E_OOM}, GRAPH},
     {"cuGraphLaunch", {E_DI, E_NI, E_CTX, E_HDL, E_VAL}, GRAPH},
     {"cuGraphClone", {E_DI, E_NI, E_VAL, E_OOM}, GRAPH},
     {"cuGraphNodeFindInClone", {E_DI, E_NI, E_VAL}, GRAPH},
@@ -125,8 +125,11 @@ static const struct fault_case cases[] = {
     {"cuGraphEventWaitNodeSetEvent", {E_DI, E_NI, E_VAL}, GRAPH},
     {"cuGraphNodeGetType", {E_DI, E_NI, E_VAL}, GRAPH},
     {"cuGraphKernelNodeGetAttribute", {E_DI, E_NI, E_VAL, E_HDL}, GRAPH},
+    {"cuGraphKernelNodeSetAttribute", {E_DI, E_NI, E_VAL, E_HDL}, GRAPH},
+    {"cuGraphAddDependencies", {E_DI, E_NI, E_VAL}, GRAPH},
     /* the eager path (CUPOOL_GRAPH_DISABLE=1) */
     {"cuLaunchKernel", {E_DI, E_NI, E_CTX, E_HDL, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES}, EAGER},
+    {"cuLaunchKernelEx", {E_DI, E_NI, E_CTX, E_HDL, E_VAL}, EAGER},
     {"cuMemsetD32Async", {E_DI, E_NI, E_CTX, E_VAL}, EAGER},
     {"cuMemsetD8Async", {E_DI, E_NI, E_CTX, E_VAL}, EAGER},
     {"cuMemcpyAsync", {E_DI, E_NI, E_CTX, E_VAL}, EAGER},
@@ -268,7 +271,8 @@ static int workload(int strict)
     } while (0)
 
 static struct tu_kernels gk;
-static CUdeviceptr gmem; /* [0] counter, [1] memset target, [2] memcpy target */
+static CUdeviceptr gmem; /* [0] counter, [1], [2] memset targets, [3] memcpy target, [4]
+                          * bytes memset, [5] set by a kernel with launch attributes */
 static unsigned host_runs[2];
 static int graphs_used;
 
@@ -286,7 +290,8 @@ static CUresult capture_set(CUstream s, void *user)
 
 /*
  * Pipelines of every node kind (kernel, memset, memcpy, event record and wait, host, an
- * explicit dependency) launched on three streams with CUPOOL_GRAPH_EXECS_MAX=3, then with
+ * explicit dependency, a kernel with launch attributes whose dependency on a kernel is a
+ * programmatic edge) launched on three streams with CUPOOL_GRAPH_EXECS_MAX=3, then with
  * changed parameters on those (updates of every node kind) and on a fourth stream (past the
  * limit: an exec instantiated for that launch from a clone given its parameters; launches
  * record completion events and share execs from then on), a DOT print, captures replayed
@@ -323,6 +328,15 @@ static int graph_workload(int strict, unsigned salt)
         STEP(cupool_pipeline_kernel(p, gk.add_u32, 1, 1, 1, 1, 1, 1, 0,
                                      (void *[]){&gmem, &w}, &last));
         STEP(cupool_pipeline_depend(p, last, (cupool_node_t[]){n0, n1}, 2));
+        /* launch attributes: a node attribute, and a programmatic edge from `last` */
+        CUlaunchAttribute la[2];
+        memset(la, 0, sizeof(la));
+        la[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        la[0].value.clusterDim.x = la[0].value.clusterDim.y = la[0].value.clusterDim.z = 1;
+        la[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        la[1].value.programmaticStreamSerializationAllowed = 1;
+        STEP(cupool_pipeline_kernel_ex(p, gk.set_u32, 1, 1, 1, 1, 1, 1, 0,
+                                       (void *[]){&(CUdeviceptr){gmem + 20}, &w}, la, 2, NULL));
         if (round == 2) /* another structure: one node more */
             STEP(cupool_pipeline_kernel(p, gk.addone, 1, 1, 1, 1, 1, 1, 0,
                                          (void *[]){&gmem}, NULL));
@@ -334,10 +348,11 @@ static int graph_workload(int strict, unsigned salt)
             if (s[i])
                 OWN(strict, tu.cuStreamSynchronize(s[i]));
             if (strict && r == CUDA_SUCCESS) {
-                unsigned out[4] = {0};
+                unsigned out[6] = {0};
                 TU_OK(tu.cuMemcpyDtoH(out, gmem, sizeof(out)));
                 ck_assert_uint_eq(out[0], v + w + (round == 2));
                 ck_assert_uint_eq(out[3], w);
+                ck_assert_uint_eq(out[5], w);
             }
         }
         if (round == 0 && graphs_used)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/testutil.h"
+#include "fakecuda.h" /* the launch_attrs kernel's words (simulated driver only) */
 
 /* The instantiation gate waits at most 5 ms for launches in flight (a best effort against a
  * driver stall, not a correctness condition): a launch that sits in the driver longer (its
@@ -1514,6 +1515,587 @@ START_TEST(redescribed_structure_is_not_the_last_launch)
 }
 END_TEST
 
+
+/* ---- launch attributes (cupool_pipeline_kernel_ex) ---- */
+
+static CUlaunchAttribute cluster_attr(unsigned x)
+{
+    CUlaunchAttribute a;
+    memset(&a, 0, sizeof a);
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = x;
+    a.value.clusterDim.y = a.value.clusterDim.z = 1;
+    return a;
+}
+
+/* cluster_rank over 16 blocks of 32 threads at most: the first `grid` blocks hold what clusters
+ * of cx give, the rest nothing. */
+static void check_ranks(CUdeviceptr out, unsigned grid, unsigned cx, int step)
+{
+    unsigned got[16 * 32];
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuMemcpyDtoH(got, out, sizeof got));
+    for (unsigned b = 0; b < 16; b++)
+        for (unsigned t = 0; t < 32; t++) {
+            unsigned want = b < grid ? tu_cluster_rank_of(b, cx) : 0;
+            ck_assert_msg(got[b * 32 + t] == want,
+                          "step %d (grid %u, clusters of %u): block %u thread %u read 0x%x, "
+                          "expected 0x%x",
+                          step, grid, cx, b, t, got[b * 32 + t], want);
+        }
+}
+
+/* A cluster kernel whose cluster dimension and grid change from launch to launch: every
+ * thread reads the cluster it was launched in, value by value. Graphs (eager: with
+ * CUPOOL_GRAPH_DISABLE=1, through cuLaunchKernelEx): a launch with a cluster dimension not
+ * seen before is a miss and one instantiation, any other a hit, whose grid change is a node
+ * update. The driver does not apply a changed cluster dimension to an exec (check_graph's
+ * kernel_node_cluster_fixed_at_instantiation): were it a parameter, the results would be
+ * wrong. */
+static void cluster_steps(int graphs)
+{
+    CUfunction rank;
+    TU_OK(tu_load_cluster_rank_kernel(&rank));
+    CUdeviceptr out;
+    TU_OK(tu.cuMemAlloc(&out, 4 * 32 * 16));
+    static const struct {
+        unsigned grid, cx;
+    } step[] = {{8, 2}, {8, 2}, {16, 2}, {8, 4}, {16, 4}, {8, 2}, {16, 8}, {8, 1}, {16, 4}, {8, 8}};
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    cupool_graph_stats_t a = gstats();
+    int seen[9] = {0}, distinct = 0;
+    for (int i = 0; i < (int)(sizeof step / sizeof step[0]); i++) {
+        TU_OK(tu.cuMemsetD32(out, 0, 32 * 16));
+        TU_OK(cupool_pipeline_reset(p));
+        CUlaunchAttribute at = cluster_attr(step[i].cx);
+        void *args[] = {&out};
+        TU_OK(cupool_pipeline_kernel_ex(p, rank, step[i].grid, 1, 1, 32, 1, 1, 0, args, &at, 1,
+                                        NULL));
+        TU_OK(cupool_pipeline_launch(p, s1));
+        check_ranks(out, step[i].grid, step[i].cx, i);
+        distinct += !seen[step[i].cx];
+        seen[step[i].cx] = 1;
+        cupool_graph_stats_t b = gstats();
+        if (graphs) {
+            ck_assert_uint_eq(b.misses - a.misses, (unsigned)distinct);
+            ck_assert_uint_eq(b.instantiations - a.instantiations, (unsigned)distinct);
+            ck_assert_uint_eq(b.hits - a.hits, (unsigned)(i + 1 - distinct));
+            ck_assert_uint_eq(b.update_failures, a.update_failures);
+        } else {
+            ck_assert_uint_eq(b.eager_launches - a.eager_launches, (unsigned)i + 1);
+            ck_assert_uint_eq(b.instantiations, a.instantiations);
+        }
+    }
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuMemFree(out));
+}
+
+START_TEST(cluster_dimension_is_structure)
+{
+    if (tu_clusters_or_skip("cluster_dimension_is_structure"))
+        cluster_steps(1);
+}
+END_TEST
+
+START_TEST(cluster_dimension_eager)
+{
+    setup_env("CUPOOL_GRAPH_DISABLE", "1");
+    if (tu_clusters_or_skip("cluster_dimension_eager"))
+        cluster_steps(0);
+}
+END_TEST
+
+/* Simulated driver: the builtin kernel launch_attrs writes the attributes it ran with. Node 0
+ * gives every attribute a node takes (on a grid of 4); node 1, after it, programmatic stream
+ * serialization only. On a stream of priority -2. */
+static void probe_describe(cupool_pipeline_t p, CUfunction probe, CUdeviceptr out, int prio)
+{
+    CUlaunchAttribute a[8];
+    memset(a, 0, sizeof a);
+    a[0] = cluster_attr(2);
+    a[1].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION;
+    a[1].value.preferredClusterDim.x = 4;
+    a[1].value.preferredClusterDim.y = a[1].value.preferredClusterDim.z = 1;
+    a[2].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    a[2].value.cooperative = 7; /* nonzero: cooperative */
+    a[3].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    a[3].value.priority = prio;
+    a[4].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+    a[4].value.memSyncDomain = CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE;
+    a[5].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP;
+    a[5].value.memSyncDomainMap.default_ = 2;
+    a[5].value.memSyncDomainMap.remote = 3;
+    a[6].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+    a[6].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+    a[7].id = CU_LAUNCH_ATTRIBUTE_IGNORE;
+    CUdeviceptr out1 = out + 4 * FAKECUDA_LAUNCH_ATTRS_WORDS;
+    void *args0[] = {&out}, *args1[] = {&out1};
+    TU_OK(cupool_pipeline_reset(p));
+    TU_OK(cupool_pipeline_kernel_ex(p, probe, 4, 1, 1, 1, 1, 1, 0, args0, a, 8, NULL));
+    CUlaunchAttribute pss;
+    memset(&pss, 0, sizeof pss);
+    pss.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    pss.value.programmaticStreamSerializationAllowed = 1;
+    TU_OK(cupool_pipeline_kernel_ex(p, probe, 1, 1, 1, 1, 1, 1, 0, args1, &pss, 1, NULL));
+}
+
+/* The words launch_attrs wrote for node `node`. */
+static void probe_read(CUdeviceptr out, int node, unsigned *w)
+{
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuMemcpyDtoH(w, out + 4 * FAKECUDA_LAUNCH_ATTRS_WORDS * (CUdeviceptr)node,
+                          4 * FAKECUDA_LAUNCH_ATTRS_WORDS));
+}
+
+/* Both nodes of probe_describe, launched (graph or eager): node 0 ran with every attribute
+ * it was given, value by value (its priority: -3 or -1, alternately a new signature each);
+ * node 1 with its programmatic edge from node 0 (graph) or the attribute (eager). Node 1
+ * gives no priority: in a graph instantiated with node priorities it runs at a node's default
+ * (0), node by node at the stream's (-2). */
+static void launch_attributes_reach(int graphs)
+{
+    CUfunction probe;
+    TU_OK(tu.cuModuleGetFunction(&probe, k.module, "launch_attrs"));
+    CUdeviceptr out;
+    TU_OK(tu.cuMemAlloc(&out, 2 * 4 * FAKECUDA_LAUNCH_ATTRS_WORDS));
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, -2));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    cupool_graph_stats_t a = gstats();
+    static const int prio[] = {-3, -3, -1, -3, -1};
+    for (int i = 0; i < 5; i++) {
+        TU_OK(tu.cuMemsetD32(out, 0xdead, 2 * FAKECUDA_LAUNCH_ATTRS_WORDS));
+        probe_describe(p, probe, out, prio[i]);
+        TU_OK(cupool_pipeline_launch(p, s));
+        unsigned w[FAKECUDA_LAUNCH_ATTRS_WORDS];
+        probe_read(out, 0, w);
+        ck_assert_uint_eq(w[FAKECUDA_LA_CLUSTER_X], 2);
+        ck_assert_uint_eq(w[FAKECUDA_LA_CLUSTER_Y], 1);
+        ck_assert_uint_eq(w[FAKECUDA_LA_CLUSTER_Z], 1);
+        ck_assert_uint_eq(w[FAKECUDA_LA_PREFERRED_CLUSTER_X], 4);
+        ck_assert_uint_eq(w[FAKECUDA_LA_COOPERATIVE], 1);
+        ck_assert_int_eq((int)w[FAKECUDA_LA_PRIORITY], prio[i]);
+        ck_assert_uint_eq(w[FAKECUDA_LA_PROGRAMMATIC], 0);
+        ck_assert_uint_eq(w[FAKECUDA_LA_MEM_SYNC_DOMAIN], CU_LAUNCH_MEM_SYNC_DOMAIN_REMOTE);
+        ck_assert_uint_eq(w[FAKECUDA_LA_SYNC_MAP_DEFAULT], 2);
+        ck_assert_uint_eq(w[FAKECUDA_LA_SYNC_MAP_REMOTE], 3);
+        ck_assert_uint_eq(w[FAKECUDA_LA_CLUSTER_POLICY], CU_CLUSTER_SCHEDULING_POLICY_SPREAD);
+        probe_read(out, 1, w);
+        ck_assert_uint_eq(w[FAKECUDA_LA_CLUSTER_X], 1);
+        ck_assert_uint_eq(w[FAKECUDA_LA_COOPERATIVE], 0);
+        ck_assert_uint_eq(w[FAKECUDA_LA_PROGRAMMATIC], 1);
+        ck_assert_int_eq((int)w[FAKECUDA_LA_PRIORITY], graphs ? 0 : -2);
+    }
+    cupool_graph_stats_t b = gstats();
+    if (graphs) { /* priorities -3 and -1: two signatures, each instantiated once */
+        ck_assert_uint_eq(b.misses - a.misses, 2);
+        ck_assert_uint_eq(b.instantiations - a.instantiations, 2);
+        ck_assert_uint_eq(b.hits - a.hits, 3);
+    } else {
+        ck_assert_uint_eq(b.eager_launches - a.eager_launches, 5);
+    }
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_stream_release(s));
+    TU_OK(tu.cuMemFree(out));
+}
+
+START_TEST(launch_attributes_reach_the_kernel)
+{
+    launch_attributes_reach(1);
+}
+END_TEST
+
+START_TEST(launch_attributes_reach_the_kernel_eagerly)
+{
+    setup_env("CUPOOL_GRAPH_DISABLE", "1");
+    launch_attributes_reach(0);
+}
+END_TEST
+
+/* Bad attributes are refused with a message naming the problem, before anything is written:
+ * the pipeline keeps its nodes, and its launches return the first add's error until a reset.
+ * Attributes given as CU_LAUNCH_ATTRIBUTE_IGNORE only are a plain kernel: the same signature
+ * as cupool_pipeline_kernel's. */
+static void refused_ex(cupool_pipeline_t p, const CUlaunchAttribute *a, unsigned n,
+                       unsigned grid, const char *says)
+{
+    CUdeviceptr ptr = mem;
+    unsigned one = 1;
+    void *args[] = {&ptr, &one};
+    TU_EQ(cupool_pipeline_kernel_ex(p, k.add_u32, grid, 1, 1, 1, 1, 1, 0, args, a, n, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    ck_assert_msg(strstr(cupool_error_string(), says), "expected \"%s\" in: %s", says,
+                  cupool_error_string());
+}
+
+START_TEST(kernel_ex_bad_input)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 2, 6, 1, 0);
+    CUlaunchAttribute a[CUPOOL_PIPELINE_ATTRS_MAX + 1];
+    memset(a, 0, sizeof a);
+    refused_ex(p, NULL, 1, 1, "attrs is NULL");
+    refused_ex(p, a, CUPOOL_PIPELINE_ATTRS_MAX + 1, 1, "at most 16");
+    a[0].id = CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW;
+    refused_ex(p, a, 1, 1, "launch attribute 1 (CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW)");
+    a[0].id = CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+    refused_ex(p, a, 1, 1, "CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) is not supported");
+    a[0].id = (CUlaunchAttributeID)99;
+    refused_ex(p, a, 1, 1, "launch attribute 99");
+    a[0] = cluster_attr(2);
+    a[1] = cluster_attr(2);
+    refused_ex(p, a, 2, 4, "CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION given twice");
+    a[0] = cluster_attr(0);
+    refused_ex(p, a, 1, 4, "each must be at least 1");
+    a[0] = cluster_attr(3);
+    refused_ex(p, a, 1, 8, "does not divide the grid 8x1x1");
+    a[0] = cluster_attr(2);
+    a[1].id = CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION;
+    a[1].value.preferredClusterDim.x = 3;
+    a[1].value.preferredClusterDim.y = a[1].value.preferredClusterDim.z = 1;
+    refused_ex(p, a, 2, 12, "must be a multiple of the cluster dimension 2x1x1");
+    memset(a, 0, sizeof a);
+    a[0].id = CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN;
+    a[0].value.memSyncDomain = (CUlaunchMemSyncDomain)7;
+    refused_ex(p, a, 1, 1, "memory sync domain 7");
+    a[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+    a[0].value.clusterSchedulingPolicyPreference = (CUclusterSchedulingPolicy)9;
+    refused_ex(p, a, 1, 1, "cluster scheduling policy 9");
+    a[0] = cluster_attr(1);
+    TU_EQ(cupool_pipeline_kernel_ex(NULL, k.add_u32, 1, 1, 1, 1, 1, 1, 0, NULL, a, 1, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 0, 1, 1, 1, 1, 0, NULL, a, 1, NULL),
+          CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, NULL, a, 1, NULL),
+          CUDA_ERROR_INVALID_VALUE); /* no args for two parameters */
+    /* nothing was added, the first error is remembered */
+    cupool_graph_stats_t before = gstats();
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_ptr_nonnull(strstr(cupool_error_string(), "could not be added"));
+    ck_assert_uint_eq(gstats().launches, before.launches);
+    TU_OK(cupool_pipeline_reset(p));
+    fill_chain(p, 2, 6, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(6), 2);
+    /* IGNORE only: the plain kernel's signature (a hit on the entry just made) */
+    memset(a, 0, sizeof a);
+    CUdeviceptr ptr = mem + 4 * 6;
+    unsigned one = 1;
+    void *args[] = {&ptr, &one};
+    TU_OK(cupool_pipeline_reset(p));
+    for (int i = 0; i < 2; i++)
+        TU_OK(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, a, 3, NULL));
+    before = gstats();
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(6), 4);
+    ck_assert_uint_eq(gstats().hits, before.hits + 1);
+    ck_assert_uint_eq(gstats().misses, before.misses);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+/* A pipeline of kernels with and without attributes (cooperative, which every GPU of the
+ * H100/H200 kind takes), refilled per request: an unchanged refill compares nothing, changed
+ * arguments compare only their nodes; an attribute dropped from one node is another
+ * signature (a miss), and taking it back a hit of the first entry. */
+START_TEST(refill_with_attributes)
+{
+    CUlaunchAttribute coop;
+    memset(&coop, 0, sizeof coop);
+    coop.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    coop.value.cooperative = 1;
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    CUdeviceptr ptr = mem + 4 * 7;
+    unsigned v[6] = {1, 1, 1, 1, 1, 1}, total = 0;
+    for (int round = 0; round < 6; round++) {
+        if (round == 2)
+            v[1] = 10, v[4] = 20; /* two arguments change */
+        int drop = round == 3;  /* node 3 without its attribute */
+        TU_OK(cupool_pipeline_reset(p));
+        for (int i = 0; i < 6; i++) {
+            void *args[] = {&ptr, &v[i]};
+            if (i % 2 == 1 && !(drop && i == 3))
+                TU_OK(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, &coop,
+                                                1, NULL));
+            else
+                TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        }
+        cupool_graph_stats_t before = gstats();
+        TU_OK(cupool_pipeline_launch(p, s1));
+        cupool_graph_stats_t after = gstats();
+        total += sum_of(v, 6);
+        ck_assert_uint_eq(counter(7), total);
+        unsigned misses = (unsigned)(after.misses - before.misses);
+        unsigned compared = (unsigned)(after.nodes_compared - before.nodes_compared);
+        switch (round) {
+        case 0: /* first */
+        case 3: /* another structure */
+            ck_assert_uint_eq(misses, 1);
+            break;
+        case 1: /* unchanged */
+        case 5:
+            ck_assert_uint_eq(misses, 0);
+            ck_assert_uint_eq(compared, 0);
+            break;
+        case 2:
+            ck_assert_uint_eq(misses, 0);
+            ck_assert_uint_eq(compared, 2);
+            ck_assert_uint_eq(after.nodes_updated - before.nodes_updated, 2);
+            break;
+        default: /* 4: back to the first structure: its exec, compared node by node */
+            ck_assert_uint_eq(misses, 0);
+            ck_assert_uint_eq(after.instantiations - before.instantiations, 0);
+            break;
+        }
+    }
+    ck_assert_uint_eq(gstats().instantiations, 2);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+/* A driver without cuGraphKernelNodeSetAttribute: a kernel with attributes cannot be a graph
+ * node; the add says so (CUDA_ERROR_NOT_SUPPORTED, the entry point named), the pipeline is
+ * marked failed, and kernels without attributes still launch. */
+START_TEST(kernel_ex_without_node_attributes)
+{
+    setenv("FAKECUDA_HIDE", "cuGraphKernelNodeSetAttribute", 1);
+    setup();
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    CUdeviceptr ptr = mem + 4 * 8;
+    unsigned one = 1;
+    void *args[] = {&ptr, &one};
+    CUlaunchAttribute at = cluster_attr(1);
+    TU_EQ(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, &at, 1, NULL),
+          CUDA_ERROR_NOT_SUPPORTED);
+    ck_assert_msg(strstr(cupool_error_string(), "lacks cuGraphKernelNodeSetAttribute"), "%s",
+                  cupool_error_string());
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE); /* no node: none added */
+    TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_NOT_SUPPORTED); /* the failed add */
+    TU_OK(cupool_pipeline_reset(p));
+    TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(8), 1);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+/* Node by node without cuLaunchKernelEx: the same, naming cuLaunchKernelEx. */
+START_TEST(kernel_ex_eager_without_launch_ex)
+{
+    setenv("FAKECUDA_HIDE", "cuLaunchKernelEx", 1);
+    setup_env("CUPOOL_GRAPH_DISABLE", "1");
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    CUdeviceptr ptr = mem + 4 * 8;
+    unsigned one = 1;
+    void *args[] = {&ptr, &one};
+    CUlaunchAttribute at = cluster_attr(1);
+    TU_EQ(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, &at, 1, NULL),
+          CUDA_ERROR_NOT_SUPPORTED);
+    ck_assert_msg(strstr(cupool_error_string(), "lacks cuLaunchKernelEx"), "%s",
+                  cupool_error_string());
+    TU_OK(cupool_pipeline_reset(p));
+    TU_OK(cupool_pipeline_kernel_ex(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL, 0, NULL));
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(8), 1);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+/* ---- upload at instantiation ---- */
+
+/* Simulated driver: every exec cupool instantiates (a miss, a second stream's exec, a
+ * capture) is uploaded on the stream of the launch it is for, so no launch uploads one;
+ * with CUPOOL_GRAPH_UPLOAD=0, or a driver without cuGraphInstantiateWithParams, each exec's
+ * first launch does. Results are the same either way. */
+static void uploads_run(int expect_uploads)
+{
+    unsigned long up0 = tu_fake.graph_uploads(), at_launch0 = tu_fake.graph_launch_uploads();
+    cupool_graph_stats_t a = gstats();
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int i = 0; i < 3; i++) {
+        fill_chain(p, 4, 9, 1, 0);
+        TU_OK(cupool_pipeline_launch(p, s1));
+        TU_OK(cupool_pipeline_launch(p, s2));
+    }
+    struct cap_args c = {0, 2, 1, 9, CUDA_SUCCESS};
+    TU_OK(cupool_capture_launch(45, s1, captured_work, &c, CUPOOL_CAPTURE_REPLAY));
+    TU_OK(cupool_capture_launch(45, s1, captured_work, &c, CUPOOL_CAPTURE_REPLAY));
+    ck_assert_uint_eq(counter(9), 6 * 4 + 2 * 2);
+    cupool_graph_stats_t b = gstats();
+    unsigned long inst = (unsigned long)(b.instantiations - a.instantiations);
+    ck_assert_uint_eq(inst, 3); /* the pipeline's two execs, the capture's */
+    unsigned long up = tu_fake.graph_uploads() - up0;
+    unsigned long at_launch = tu_fake.graph_launch_uploads() - at_launch0;
+    ck_assert_uint_eq(up, inst); /* each exec uploaded once, one way or the other */
+    ck_assert_uint_eq(at_launch, expect_uploads ? 0 : inst);
+    ck_assert_uint_eq(b.uploads - a.uploads, expect_uploads ? inst : 0);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+
+START_TEST(new_execs_uploaded_at_instantiation)
+{
+    uploads_run(1);
+}
+END_TEST
+
+START_TEST(upload_off_uploads_at_first_launch)
+{
+    setup_env("CUPOOL_GRAPH_UPLOAD", "0");
+    uploads_run(0);
+}
+END_TEST
+
+START_TEST(upload_without_instantiate_with_params)
+{
+    setenv("FAKECUDA_HIDE", "cuGraphInstantiateWithParams", 1);
+    setup();
+    uploads_run(0);
+}
+END_TEST
+
+/* A refused instantiation with upload says what the driver's result info said. */
+START_TEST(refused_instantiation_names_its_result)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 2, 10, 1, 0);
+    tu_fake.fault("cuGraphInstantiateWithParams", 0, 1, CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_msg(strstr(cupool_error_string(), "cuGraphInstantiateWithParams") &&
+                      strstr(cupool_error_string(), "CUDA_GRAPH_INSTANTIATE_ERROR"),
+                  "%s", cupool_error_string());
+    TU_OK(cupool_pipeline_launch(p, s1)); /* and then it instantiates */
+    ck_assert_uint_eq(counter(10), 2);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
+/* ---- precise updates ---- */
+
+/* Simulated driver: a capture updated on every call whose update is refused once for each
+ * reason cuGraphExecUpdate's result info can give: each reason counted exactly once, each
+ * cured by one instantiation, results right every time. A refusal no instantiation cures
+ * (the call failing with CUDA_ERROR_OUT_OF_MEMORY) is the launch's error, counted as other
+ * and uncured, launches nothing and leaves the exec: the next launch updates it. */
+START_TEST(each_update_refusal_counted_exactly)
+{
+    struct cap_args c = {0, 2, 1, 11, CUDA_SUCCESS};
+    unsigned total = 0;
+    TU_OK(cupool_capture_launch(46, s1, captured_work, &c, CUPOOL_CAPTURE_UPDATE));
+    total += 2 * c.value;
+    static const CUgraphExecUpdateResult reasons[] = {
+        CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE,
+        CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR,
+    };
+    enum { NR = sizeof(reasons) / sizeof(reasons[0]) };
+    for (int i = 0; i < NR; i++) {
+        cupool_graph_stats_t a = gstats();
+        tu_fake.exec_update_refuse(reasons[i], 1);
+        c.value = 10 + (unsigned)i;
+        TU_OK(cupool_capture_launch(46, s1, captured_work, &c, CUPOOL_CAPTURE_UPDATE));
+        total += 2 * c.value;
+        ck_assert_uint_eq(counter(11), total);
+        cupool_graph_stats_t b = gstats();
+        const uint64_t got[NR] = {
+            b.update_topology_changed - a.update_topology_changed,
+            b.update_node_type_changed - a.update_node_type_changed,
+            b.update_function_changed - a.update_function_changed,
+            b.update_parameters_changed - a.update_parameters_changed,
+            b.update_not_supported - a.update_not_supported,
+            b.update_unsupported_function_change - a.update_unsupported_function_change,
+            b.update_attributes_changed - a.update_attributes_changed,
+            b.update_other - a.update_other,
+        };
+        for (int j = 0; j < NR; j++)
+            ck_assert_msg(got[j] == (j == i), "refused for reason %d: counter %d moved by %llu",
+                          (int)reasons[i], j, (unsigned long long)got[j]);
+        ck_assert_uint_eq(b.update_failures - a.update_failures, 1);
+        ck_assert_uint_eq(b.instantiations - a.instantiations, 1);
+        ck_assert_uint_eq(b.update_errors, a.update_errors);
+    }
+    /* a structure change, refused by the driver itself (topology) */
+    cupool_graph_stats_t a = gstats();
+    c.kernels = 3;
+    TU_OK(cupool_capture_launch(46, s1, captured_work, &c, CUPOOL_CAPTURE_UPDATE));
+    total += 3 * c.value;
+    ck_assert_uint_eq(counter(11), total);
+    cupool_graph_stats_t b = gstats();
+    ck_assert_uint_eq(b.update_topology_changed - a.update_topology_changed, 1);
+    ck_assert_uint_eq(b.instantiations - a.instantiations, 1);
+    /* not curable: the error, nothing launched, the exec kept */
+    tu_fake.fault("cuGraphExecUpdate", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    c.value = 100;
+    TU_EQ(cupool_capture_launch(46, s1, captured_work, &c, CUPOOL_CAPTURE_UPDATE),
+          CUDA_ERROR_OUT_OF_MEMORY);
+    ck_assert_msg(strstr(cupool_error_string(), "would not cure"), "%s", cupool_error_string());
+    ck_assert_uint_eq(counter(11), total);
+    cupool_graph_stats_t d = gstats();
+    ck_assert_uint_eq(d.update_other - b.update_other, 1);
+    ck_assert_uint_eq(d.update_errors - b.update_errors, 1);
+    ck_assert_uint_eq(d.instantiations, b.instantiations);
+    ck_assert_uint_eq(d.update_failures, b.update_failures);
+    TU_OK(cupool_capture_launch(46, s1, captured_work, &c, CUPOOL_CAPTURE_UPDATE));
+    total += 3 * c.value;
+    ck_assert_uint_eq(counter(11), total);
+    cupool_graph_stats_t e = gstats();
+    ck_assert_uint_eq(e.instantiations, d.instantiations); /* updated, not instantiated */
+    ck_assert_uint_eq(e.updates - d.updates, 1);
+}
+END_TEST
+
+/* Simulated driver: a pipeline's node update refused in a way no instantiation cures
+ * (CUDA_ERROR_OUT_OF_MEMORY): counted (node_update_refusals, update_errors), returned by the
+ * launch, which launches nothing, not even node by node; the next launch instantiates an exec
+ * in its place. One that instantiation cures (CUDA_ERROR_INVALID_VALUE: refused_update_
+ * reinstantiates) is counted the same way but not as an error. */
+START_TEST(uncured_node_refusal_returns_the_error)
+{
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    fill_chain(p, 3, 12, 1, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    cupool_graph_stats_t a = gstats();
+    tu_fake.fault("cuGraphExecKernelNodeSetParams", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    fill_chain(p, 3, 12, 5, 0);
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_OUT_OF_MEMORY);
+    ck_assert_msg(strstr(cupool_error_string(), "would not cure"), "%s", cupool_error_string());
+    ck_assert_uint_eq(counter(12), 3);
+    cupool_graph_stats_t b = gstats();
+    ck_assert_uint_eq(b.node_update_refusals - a.node_update_refusals, 1);
+    ck_assert_uint_eq(b.update_errors - a.update_errors, 1);
+    ck_assert_uint_eq(b.update_failures, a.update_failures);
+    ck_assert_uint_eq(b.instantiations, a.instantiations);
+    ck_assert_uint_eq(b.eager_launches, a.eager_launches);
+    fill_chain(p, 3, 12, 5, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(12), 3 + 15);
+    ck_assert_uint_eq(gstats().instantiations, b.instantiations + 1);
+    tu_fake.fault("cuGraphExecKernelNodeSetParams", 0, 1, CUDA_ERROR_INVALID_VALUE);
+    fill_chain(p, 3, 12, 2, 0);
+    TU_OK(cupool_pipeline_launch(p, s1));
+    ck_assert_uint_eq(counter(12), 3 + 15 + 6);
+    cupool_graph_stats_t c = gstats();
+    ck_assert_uint_eq(c.node_update_refusals - b.node_update_refusals, 1);
+    ck_assert_uint_eq(c.update_errors, b.update_errors);
+    ck_assert_uint_eq(c.update_failures - b.update_failures, 1);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -1543,6 +2125,9 @@ int main(void)
     tcase_add_test(tc, refill_compares_only_changed_nodes);
     tcase_add_test(tc, refill_of_every_node_kind);
     tcase_add_test(tc, refill_after_failed_and_diverging_adds);
+    tcase_add_test(tc, cluster_dimension_is_structure);
+    tcase_add_test(tc, kernel_ex_bad_input);
+    tcase_add_test(tc, refill_with_attributes);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("environment");
     tcase_add_test(env, eviction_keeps_results_right);
@@ -1554,6 +2139,7 @@ int main(void)
     tcase_add_test(env, quiet_streams_give_up_their_execs);
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     tcase_add_test(env, one_signature_on_twelve_streams_claims_lock_free);
+    tcase_add_test(env, cluster_dimension_eager);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
@@ -1562,9 +2148,19 @@ int main(void)
         tcase_add_test(sim, refused_update_with_a_failing_clone_leaks_nothing);
         tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
         tcase_add_test(sim, failed_capture_end_never_leaves_the_stream_capturing);
+        tcase_add_test(sim, launch_attributes_reach_the_kernel);
+        tcase_add_test(sim, new_execs_uploaded_at_instantiation);
+        tcase_add_test(sim, refused_instantiation_names_its_result);
+        tcase_add_test(sim, each_update_refusal_counted_exactly);
+        tcase_add_test(sim, uncured_node_refusal_returns_the_error);
         TCase *simenv = tcase_create("simulated-environment");
         tcase_add_test(simenv, concurrent_streams_with_a_waiting_exec_destroy);
         tcase_add_test(simenv, buried_exec_kept_while_its_context_cannot_be_told);
+        tcase_add_test(simenv, launch_attributes_reach_the_kernel_eagerly);
+        tcase_add_test(simenv, kernel_ex_without_node_attributes);
+        tcase_add_test(simenv, kernel_ex_eager_without_launch_ex);
+        tcase_add_test(simenv, upload_off_uploads_at_first_launch);
+        tcase_add_test(simenv, upload_without_instantiate_with_params);
         suite_add_tcase(s, simenv);
         suite_add_tcase(s, sim);
     }

@@ -734,7 +734,7 @@ static void json_matches(const struct jv *doc)
     cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
     TU_OK(cupool_graph_stats_get(&g));
     const struct jv *jg = jget(doc, "graph");
-    ck_assert_uint_eq(jg->n, 15);
+    ck_assert_uint_eq(jg->n, 26);
     ck_assert_uint_eq(jint(jg, "launches"), g.launches);
     ck_assert_uint_eq(jint(jg, "hits"), g.hits);
     ck_assert_uint_eq(jint(jg, "misses"), g.misses);
@@ -750,6 +750,18 @@ static void json_matches(const struct jv *doc)
     ck_assert_uint_eq(jint(jg, "claims_lock_free"), g.claims_lock_free);
     ck_assert_uint_eq(jint(jg, "claims_locked"), g.claims_locked);
     ck_assert_uint_eq(jint(jg, "nodes_compared"), g.nodes_compared);
+    ck_assert_uint_eq(jint(jg, "uploads"), g.uploads);
+    ck_assert_uint_eq(jint(jg, "update_topology_changed"), g.update_topology_changed);
+    ck_assert_uint_eq(jint(jg, "update_node_type_changed"), g.update_node_type_changed);
+    ck_assert_uint_eq(jint(jg, "update_function_changed"), g.update_function_changed);
+    ck_assert_uint_eq(jint(jg, "update_parameters_changed"), g.update_parameters_changed);
+    ck_assert_uint_eq(jint(jg, "update_not_supported"), g.update_not_supported);
+    ck_assert_uint_eq(jint(jg, "update_unsupported_function_change"),
+                      g.update_unsupported_function_change);
+    ck_assert_uint_eq(jint(jg, "update_attributes_changed"), g.update_attributes_changed);
+    ck_assert_uint_eq(jint(jg, "update_other"), g.update_other);
+    ck_assert_uint_eq(jint(jg, "node_update_refusals"), g.node_update_refusals);
+    ck_assert_uint_eq(jint(jg, "update_errors"), g.update_errors);
 }
 
 START_TEST(json_matches_the_get_functions)
@@ -810,6 +822,101 @@ START_TEST(json_of_graph_launches)
     TU_OK(cupool_pipeline_destroy(p));
     TU_OK(cupool_stream_release(s));
     TU_OK(tu.cuMemFree(mem));
+}
+END_TEST
+
+/* Simulated driver: every graph counter nonzero (an upload at each instantiation, capture
+ * updates refused for each reason, a node update refused, an update whose error no
+ * instantiation cures), and the three formats say what cupool_graph_stats_get says. */
+static CUdeviceptr refused_mem;
+static CUfunction refused_set;
+static void prom_graph_matches(const struct prom *pr, const cupool_graph_stats_t *g);
+
+static CUresult refused_capture(CUstream s, void *user)
+{
+    void *args[] = {&refused_mem, user};
+    return tu.cuLaunchKernel(refused_set, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+}
+
+START_TEST(graph_refusals_in_every_format)
+{
+    setenv("CUPOOL_BACKGROUND", "0", 1);
+    tu_setup();
+    struct tu_kernels k;
+    tu_load_kernels(&k);
+    refused_set = k.set_u32;
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(tu.cuMemAlloc(&refused_mem, 64));
+    unsigned v = 1;
+    TU_OK(cupool_capture_launch(3, s, refused_capture, &v, CUPOOL_CAPTURE_UPDATE));
+    static const CUgraphExecUpdateResult reasons[] = {
+        CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED,
+        CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE,
+        CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED,
+        CU_GRAPH_EXEC_UPDATE_ERROR,
+    };
+    for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
+        tu_fake.exec_update_refuse(reasons[i], 1);
+        v++;
+        TU_OK(cupool_capture_launch(3, s, refused_capture, &v, CUPOOL_CAPTURE_UPDATE));
+    }
+    tu_fake.fault("cuGraphExecUpdate", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    TU_EQ(cupool_capture_launch(3, s, refused_capture, &v, CUPOOL_CAPTURE_UPDATE),
+          CUDA_ERROR_OUT_OF_MEMORY);
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (unsigned i = 0; i < 2; i++) {
+        void *args[] = {&refused_mem, &i};
+        TU_OK(cupool_pipeline_reset(p));
+        TU_OK(cupool_pipeline_kernel(p, k.set_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        if (i)
+            tu_fake.fault("cuGraphExecKernelNodeSetParams", 0, 1, CUDA_ERROR_INVALID_VALUE);
+        TU_OK(cupool_pipeline_launch(p, s));
+    }
+    TU_OK(tu.cuStreamSynchronize(s));
+    cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
+    TU_OK(cupool_graph_stats_get(&g));
+    ck_assert_uint_eq(g.update_topology_changed, 1);
+    ck_assert_uint_eq(g.update_node_type_changed, 1);
+    ck_assert_uint_eq(g.update_function_changed, 1);
+    ck_assert_uint_eq(g.update_parameters_changed, 1);
+    ck_assert_uint_eq(g.update_not_supported, 1);
+    ck_assert_uint_eq(g.update_unsupported_function_change, 1);
+    ck_assert_uint_eq(g.update_attributes_changed, 1);
+    ck_assert_uint_eq(g.update_other, 2); /* CU_GRAPH_EXEC_UPDATE_ERROR, the failed call */
+    ck_assert_uint_eq(g.node_update_refusals, 1);
+    ck_assert_uint_eq(g.update_errors, 1);
+    ck_assert_uint_eq(g.update_failures, 9); /* 8 reasons and the node, each instantiated */
+    ck_assert_uint_eq(g.uploads, g.instantiations);
+    char *text = printed(CUPOOL_STATS_FORMAT_JSON);
+    struct jv *doc = json_parse(text);
+    json_matches(doc);
+    jfree(doc);
+    free(text);
+    text = printed(CUPOOL_STATS_FORMAT_PROMETHEUS);
+    struct prom pr;
+    prom_parse(text, &pr);
+    prom_graph_matches(&pr, &g);
+    free(pr.s);
+    free(text);
+    text = printed(CUPOOL_STATS_FORMAT_TABLE);
+    char line[512];
+    snprintf(line, sizeof(line),
+             "graph cache: %llu execs uploaded as instantiated; refused updates: 1 topology "
+             "changed, 1 node type changed, 1 function changed, 1 parameters changed, 1 not "
+             "supported, 1 unsupported function change, 1 attributes changed, 2 other, 1 node "
+             "updates; 1 not cured by instantiating\n",
+             (unsigned long long)g.uploads);
+    ck_assert_msg(strstr(text, line), "no line \"%s\" in:\n%s", line, text);
+    free(text);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_stream_release(s));
+    TU_OK(tu.cuMemFree(refused_mem));
 }
 END_TEST
 
@@ -928,6 +1035,48 @@ START_TEST(prometheus_one_series_per_key_after_context_release)
 }
 END_TEST
 
+/* Every graph counter of the exposition against cupool_graph_stats_get(). */
+static void prom_graph_matches(const struct prom *pr, const cupool_graph_stats_t *g)
+{
+    const struct {
+        const char *name;
+        uint64_t v;
+    } m[] = {
+        {"cupool_graph_launches_total", g->launches},
+        {"cupool_graph_hits_total", g->hits},
+        {"cupool_graph_misses_total", g->misses},
+        {"cupool_graph_instantiations_total", g->instantiations},
+        {"cupool_graph_updates_total", g->updates},
+        {"cupool_graph_nodes_updated_total", g->nodes_updated},
+        {"cupool_graph_update_failures_total", g->update_failures},
+        {"cupool_graph_evictions_total", g->evictions},
+        {"cupool_graph_eager_launches_total", g->eager_launches},
+        {"cupool_graph_claims_lock_free_total", g->claims_lock_free},
+        {"cupool_graph_claims_locked_total", g->claims_locked},
+        {"cupool_graph_nodes_compared_total", g->nodes_compared},
+        {"cupool_graph_uploads_total", g->uploads},
+        {"cupool_graph_update_topology_changed_total", g->update_topology_changed},
+        {"cupool_graph_update_node_type_changed_total", g->update_node_type_changed},
+        {"cupool_graph_update_function_changed_total", g->update_function_changed},
+        {"cupool_graph_update_parameters_changed_total", g->update_parameters_changed},
+        {"cupool_graph_update_not_supported_total", g->update_not_supported},
+        {"cupool_graph_update_unsupported_function_change_total",
+         g->update_unsupported_function_change},
+        {"cupool_graph_update_attributes_changed_total", g->update_attributes_changed},
+        {"cupool_graph_update_other_total", g->update_other},
+        {"cupool_graph_node_update_refusals_total", g->node_update_refusals},
+        {"cupool_graph_update_errors_total", g->update_errors},
+        {"cupool_graph_entries", g->entries},
+        {"cupool_graph_execs", g->execs},
+        {"cupool_graph_bytes", g->bytes},
+    };
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        ck_assert_msg(prom_value(pr, m[i].name, "") == (double)m[i].v, "%s: %g, expected %llu",
+                      m[i].name, prom_value(pr, m[i].name, ""), (unsigned long long)m[i].v);
+        ck_assert_str_eq(prom_type(pr, m[i].name), strstr(m[i].name, "_total") ? "counter" : "gauge");
+    }
+}
+
 START_TEST(prometheus_matches_the_get_functions)
 {
     traffic();
@@ -991,7 +1140,8 @@ START_TEST(prometheus_matches_the_get_functions)
     ck_assert(prom_value(&pr, "cupool_graph_bytes", "") == (double)g.bytes);
     ck_assert_str_eq(prom_type(&pr, "cupool_graph_entries"), "gauge");
     ck_assert_str_eq(prom_type(&pr, "cupool_graph_launches_total"), "counter");
-    ck_assert_uint_eq(pr.ntypes, 35); /* info, metadata, classes; 10 per class; 7; 15 */
+    prom_graph_matches(&pr, &g);
+    ck_assert_uint_eq(pr.ntypes, 46); /* info, metadata, classes; 10 per class; 7; 26 */
     free(pr.s);
     free(text);
     for (int i = 0; i < 2; i++)
@@ -1421,8 +1571,10 @@ int main(void)
     tcase_add_test(tc, prometheus_matches_the_get_functions);
     tcase_add_test(tc, prometheus_one_series_per_key_after_context_release);
     tcase_add_test(tc, print_format_refuses_bad_arguments);
-    if (!tu_real()) /* a driver at a path of the test's choosing */
+    if (!tu_real()) { /* a driver at a path of the test's choosing; its controls */
         tcase_add_test(tc, json_escapes_the_driver_path);
+        tcase_add_test(tc, graph_refusals_in_every_format);
+    }
     suite_add_tcase(s, tc);
     TCase *abi = tcase_create("sizes");
     tcase_add_test(abi, first_version_size_gets_its_prefix);

@@ -64,9 +64,15 @@ static const char tu_kernels_ptx[] =
     "  trap;\n"
     "}\n";
 
-/* A kernel for GPUs with thread-block clusters (sm_90), in a module of its own:
+/* Kernels for GPUs with thread-block clusters (sm_90), in a module of their own:
  *   cluster_width(u64 p)       ((u32 *)p)[blockIdx.x] = the width of the block's cluster
- *                              (%cluster_nctaid.x; 1 when launched without a cluster) */
+ *                              (%cluster_nctaid.x; 1 when launched without a cluster)
+ *   cluster_rank(u64 p)        ((u32 *)p)[t] = %clusterid.x << 16 | %cluster_nctarank << 8 |
+ *                              %cluster_ctarank for every thread t = blockIdx.x * blockDim.x +
+ *                              threadIdx.x (a grid and blocks of one dimension): which cluster
+ *                              the thread's block is in, how many blocks the cluster has, and
+ *                              the block's rank in it (launched without a cluster, every block
+ *                              is a cluster of one: blockIdx.x << 16 | 1 << 8) */
 static const char tu_cluster_ptx[] =
     ".version 7.8\n"
     ".target sm_90\n"
@@ -82,6 +88,28 @@ static const char tu_cluster_ptx[] =
     "  mul.wide.u32 %rd3, %r1, 4;\n"
     "  add.u64 %rd4, %rd2, %rd3;\n"
     "  st.global.u32 [%rd4], %r2;\n"
+    "  ret;\n"
+    "}\n"
+    ".visible .entry cluster_rank(.param .u64 p)\n"
+    "{\n"
+    "  .reg .u64 %rd<5>;\n"
+    "  .reg .u32 %r<10>;\n"
+    "  ld.param.u64 %rd1, [p];\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  mov.u32 %r1, %ctaid.x;\n"
+    "  mov.u32 %r2, %ntid.x;\n"
+    "  mov.u32 %r3, %tid.x;\n"
+    "  mad.lo.u32 %r4, %r1, %r2, %r3;\n"
+    "  mov.u32 %r5, %clusterid.x;\n"
+    "  mov.u32 %r6, %cluster_nctarank;\n"
+    "  mov.u32 %r7, %cluster_ctarank;\n"
+    "  shl.b32 %r5, %r5, 16;\n"
+    "  shl.b32 %r6, %r6, 8;\n"
+    "  or.b32 %r8, %r5, %r6;\n"
+    "  or.b32 %r9, %r8, %r7;\n"
+    "  mul.wide.u32 %rd3, %r4, 4;\n"
+    "  add.u64 %rd4, %rd2, %rd3;\n"
+    "  st.global.u32 [%rd4], %r9;\n"
     "  ret;\n"
     "}\n";
 

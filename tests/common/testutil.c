@@ -34,6 +34,7 @@ void tu_resolve(void)
 {
     RESOLVE(cuDeviceGet, "cuDeviceGet", 2000);
     RESOLVE(cuDeviceGetCount, "cuDeviceGetCount", 2000);
+    RESOLVE(cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000);
     RESOLVE(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000);
     RESOLVE(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 11000);
     RESOLVE(cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset", 11000);
@@ -94,6 +95,9 @@ void tu_resolve(void)
     *(void **)&tu_fake.live_graphs = dlsym(h, "fakecuda_live_graphs");
     *(void **)&tu_fake.live_execs = dlsym(h, "fakecuda_live_execs");
     *(void **)&tu_fake.exec_destroy_waits = dlsym(h, "fakecuda_exec_destroy_waits");
+    *(void **)&tu_fake.graph_uploads = dlsym(h, "fakecuda_graph_uploads");
+    *(void **)&tu_fake.graph_launch_uploads = dlsym(h, "fakecuda_graph_launch_uploads");
+    *(void **)&tu_fake.exec_update_refuse = dlsym(h, "fakecuda_exec_update_refuse");
     tu_fake.present = tu_fake.live_streams != NULL;
     dlclose(h);
 }
@@ -139,6 +143,28 @@ CUresult tu_load_cluster_kernel(CUfunction *f)
     if (r == CUDA_SUCCESS)
         r = tu.cuModuleGetFunction(f, m, "cluster_width");
     return r;
+}
+
+CUresult tu_load_cluster_rank_kernel(CUfunction *f)
+{
+    CUmodule m;
+    CUresult r = tu.cuModuleLoadData(&m, tu_cluster_ptx);
+    if (r == CUDA_SUCCESS)
+        r = tu.cuModuleGetFunction(f, m, "cluster_rank");
+    return r;
+}
+
+int tu_clusters_or_skip(const char *what)
+{
+    int major = 0, minor = 0;
+    TU_OK(tu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, tu_dev));
+    TU_OK(tu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, tu_dev));
+    if (major >= 9)
+        return 1;
+    printf("SKIP: %s: device %d has compute capability %d.%d; thread-block clusters need 9.0 "
+           "(sm_90) or newer\n",
+           what, (int)tu_dev, major, minor);
+    return 0;
 }
 
 void tu_launch1(CUfunction f, CUstream s, void **args)

@@ -23,6 +23,7 @@
 struct tu_driver {
     CUresult (*cuDeviceGet)(CUdevice *, int);
     CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
     CUresult (*cuDevicePrimaryCtxReset)(CUdevice);
@@ -81,6 +82,9 @@ struct tu_fake {
     int (*live_graphs)(void);
     int (*live_execs)(void);
     unsigned long (*exec_destroy_waits)(void);
+    unsigned long (*graph_uploads)(void);
+    unsigned long (*graph_launch_uploads)(void);
+    void (*exec_update_refuse)(CUgraphExecUpdateResult, unsigned);
 };
 extern struct tu_fake tu_fake;
 
@@ -113,6 +117,18 @@ void tu_pipeline_end(struct tu_pipeline_fixture *f);
 /* The cluster_width kernel (common/kernels.h) into the current context: CUDA_SUCCESS, or the
  * driver's error where the GPU has no thread-block clusters (before sm_90). */
 CUresult tu_load_cluster_kernel(CUfunction *f);
+/* The cluster_rank kernel (common/kernels.h), as tu_load_cluster_kernel. */
+CUresult tu_load_cluster_rank_kernel(CUfunction *f);
+/* Has the current device thread-block clusters (compute capability 9.0 or newer)? If not,
+ * prints "SKIP: <what>: <the reason>" (naming the compute capability) and returns 0: the
+ * test then returns at once, having checked nothing. */
+int tu_clusters_or_skip(const char *what);
+/* What cluster_rank writes for the thread of block b in a grid of one dimension launched in
+ * clusters of cx blocks (cx 1: without a cluster). */
+static inline unsigned tu_cluster_rank_of(unsigned b, unsigned cx)
+{
+    return (b / cx) << 16 | cx << 8 | (b % cx);
+}
 void tu_launch1(CUfunction f, CUstream s, void **args);
 
 /* Statistics of the first class matching kind/flags (priority ignored), or fails the test. */

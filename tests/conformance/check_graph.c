@@ -42,6 +42,15 @@ static struct {
     CUresult (*cuGraphDebugDotPrint)(CUgraph, const char *, unsigned int);
     CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
     CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode);
+    CUresult (*cuGraphKernelNodeSetAttribute)(CUgraphNode, CUkernelNodeAttrID,
+                                              const CUkernelNodeAttrValue *);
+    CUresult (*cuGraphKernelNodeGetAttribute)(CUgraphNode, CUkernelNodeAttrID,
+                                              CUkernelNodeAttrValue *);
+    CUresult (*add_edges)(CUgraph, const CUgraphNode *, const CUgraphNode *,
+                                          const CUgraphEdgeData *, size_t);
+    CUresult (*cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *);
+    CUresult (*cuGraphUpload)(CUgraphExec, CUstream);
 } gr;
 
 static struct tu_kernels k;
@@ -76,6 +85,13 @@ static void setup(void)
     RES(cuGraphDebugDotPrint, 11030);
     RES(cuFuncGetParamInfo, 12040);
     RES(cuStreamBeginCapture, 10010);
+    RES(cuGraphKernelNodeSetAttribute, 11000);
+    RES(cuGraphKernelNodeGetAttribute, 11000);
+    /* from 12030 the name gives the form with edge data */
+    TU_OK(cupool_driver_get_proc("cuGraphAddDependencies", 12030,
+                                 (void **)&gr.add_edges));
+    RES(cuGraphInstantiateWithParams, 12000);
+    RES(cuGraphUpload, 11010);
     tu_load_kernels(&k);
     TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
     TU_OK(tu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
@@ -397,6 +413,257 @@ START_TEST(dot_file_names_nodes_and_edges)
 }
 END_TEST
 
+
+/* ---- launch attributes of kernel nodes ---- */
+
+static CUkernelNodeAttrValue cluster_of(unsigned x)
+{
+    CUkernelNodeAttrValue v;
+    memset(&v, 0, sizeof v);
+    v.clusterDim.x = x;
+    v.clusterDim.y = v.clusterDim.z = 1;
+    return v;
+}
+
+/* cluster_rank's output for `blocks` blocks of 32 threads, checked thread by thread against
+ * clusters of cx blocks. */
+static void check_cluster_ranks(CUdeviceptr out, unsigned blocks, unsigned cx, const char *when)
+{
+    unsigned got[16 * 32];
+    ck_assert(blocks <= 16);
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuMemcpyDtoH(got, out, 4 * 32 * (size_t)blocks));
+    for (unsigned b = 0; b < blocks; b++)
+        for (unsigned t = 0; t < 32; t++)
+            ck_assert_msg(got[b * 32 + t] == tu_cluster_rank_of(b, cx),
+                          "%s: block %u thread %u read 0x%x, clusters of %u give 0x%x", when, b,
+                          t, got[b * 32 + t], cx, tu_cluster_rank_of(b, cx));
+}
+
+/* A kernel node's thread-block cluster dimension is taken when the graph is instantiated: a
+ * later change of the node's attribute does not reach an exec made before, and
+ * cuGraphExecUpdate with it is accepted without being applied to an exec that has launched
+ * (seen on an H200 for a recaptured kernel). Only a new instantiation launches the new
+ * dimension: why a pipeline's cluster dimension is part of its signature. */
+START_TEST(kernel_node_cluster_fixed_at_instantiation)
+{
+    if (!tu_clusters_or_skip("kernel_node_cluster_fixed_at_instantiation"))
+        return;
+    CUfunction rank;
+    TU_OK(tu_load_cluster_rank_kernel(&rank));
+    CUdeviceptr out;
+    TU_OK(tu.cuMemAlloc(&out, 4 * 32 * 8));
+    void *args[] = {&out};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(rank, args);
+    kp.gridDimX = 8;
+    kp.blockDimX = 32;
+    CUgraph g;
+    CUgraphNode n;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    TU_OK(gr.cuGraphAddKernelNode(&n, g, NULL, 0, &kp));
+    CUkernelNodeAttrValue v = cluster_of(2), back;
+    TU_OK(gr.cuGraphKernelNodeSetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v));
+    memset(&back, 0, sizeof back);
+    TU_OK(gr.cuGraphKernelNodeGetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &back));
+    ck_assert_uint_eq(back.clusterDim.x, 2);
+    CUgraphExec e2;
+    TU_OK(gr.cuGraphInstantiate(&e2, g, 0));
+    TU_OK(gr.cuGraphLaunch(e2, s1));
+    check_cluster_ranks(out, 8, 2, "instantiated with clusters of 2");
+    v = cluster_of(4);
+    TU_OK(gr.cuGraphKernelNodeSetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v));
+    TU_OK(tu.cuMemsetD32(out, 0, 32 * 8));
+    TU_OK(gr.cuGraphLaunch(e2, s1));
+    check_cluster_ranks(out, 8, 2, "the node set to 4 after the instantiation");
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    TU_OK(gr.cuGraphExecUpdate(e2, g, &info));
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    TU_OK(tu.cuMemsetD32(out, 0, 32 * 8));
+    TU_OK(gr.cuGraphLaunch(e2, s1));
+    check_cluster_ranks(out, 8, 2, "updated to 4 after a launch (accepted, not applied)");
+    CUgraphExec e4;
+    TU_OK(gr.cuGraphInstantiate(&e4, g, 0));
+    TU_OK(gr.cuGraphLaunch(e4, s1));
+    check_cluster_ranks(out, 8, 4, "instantiated again after the change");
+    TU_OK(gr.cuGraphExecDestroy(e2));
+    TU_OK(gr.cuGraphExecDestroy(e4));
+    TU_OK(gr.cuGraphDestroy(g));
+    TU_OK(tu.cuMemFree(out));
+}
+END_TEST
+
+/* A cluster dimension of 0 is refused; one that does not divide the grid is refused by the
+ * attribute's set or by the instantiation (cuda.h: "must be a divisor of the grid"). */
+START_TEST(kernel_node_cluster_refusals)
+{
+    if (!tu_clusters_or_skip("kernel_node_cluster_refusals"))
+        return;
+    CUfunction rank;
+    TU_OK(tu_load_cluster_rank_kernel(&rank));
+    CUdeviceptr out;
+    TU_OK(tu.cuMemAlloc(&out, 4 * 32 * 8));
+    void *args[] = {&out};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(rank, args);
+    kp.gridDimX = 8;
+    kp.blockDimX = 32;
+    CUgraph g;
+    CUgraphNode n;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    TU_OK(gr.cuGraphAddKernelNode(&n, g, NULL, 0, &kp));
+    CUkernelNodeAttrValue v = cluster_of(0);
+    TU_EQ(gr.cuGraphKernelNodeSetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v),
+          CUDA_ERROR_INVALID_VALUE);
+    v = cluster_of(3);
+    CUresult r = gr.cuGraphKernelNodeSetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v);
+    if (r == CUDA_SUCCESS) {
+        CUgraphExec e;
+        r = gr.cuGraphInstantiate(&e, g, 0);
+        if (r == CUDA_SUCCESS)
+            TU_OK(gr.cuGraphExecDestroy(e));
+    }
+    TU_EQ(r, CUDA_ERROR_INVALID_VALUE);
+    TU_OK(gr.cuGraphDestroy(g));
+    TU_OK(tu.cuMemFree(out));
+}
+END_TEST
+
+/* Documented: cuGraphExecUpdate refuses a kernel node that became cooperative (or stopped
+ * being), and a changed priority in an exec instantiated with
+ * CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY; without that flag a priority change is an
+ * update like any other. The refusal names the new graph's node. */
+START_TEST(exec_update_refuses_cooperative_and_node_priority_changes)
+{
+    CUdeviceptr p = mem + 36;
+    unsigned one = 1;
+    void *args[] = {&p, &one};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(k.add_u32, args);
+    CUgraph g[3];
+    CUgraphNode n[3];
+    for (int i = 0; i < 3; i++) {
+        TU_OK(gr.cuGraphCreate(&g[i], 0));
+        TU_OK(gr.cuGraphAddKernelNode(&n[i], g[i], NULL, 0, &kp));
+    }
+    CUkernelNodeAttrValue v;
+    memset(&v, 0, sizeof v);
+    v.cooperative = 1;
+    TU_OK(gr.cuGraphKernelNodeSetAttribute(n[1], CU_LAUNCH_ATTRIBUTE_COOPERATIVE, &v));
+    memset(&v, 0, sizeof v);
+    v.priority = -1;
+    TU_OK(gr.cuGraphKernelNodeSetAttribute(n[2], CU_LAUNCH_ATTRIBUTE_PRIORITY, &v));
+    CUgraphExec e;
+    CUgraphExecUpdateResultInfo info;
+    TU_OK(gr.cuGraphInstantiate(&e, g[0], 0));
+    memset(&info, 0, sizeof info);
+    TU_EQ(gr.cuGraphExecUpdate(e, g[1], &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED);
+    ck_assert_ptr_eq(info.errorNode, n[1]);
+    memset(&info, 0, sizeof info);
+    TU_OK(gr.cuGraphExecUpdate(e, g[2], &info)); /* priority, without node priorities */
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(9), 1);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphInstantiate(&e, g[0], CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY));
+    memset(&info, 0, sizeof info);
+    TU_EQ(gr.cuGraphExecUpdate(e, g[2], &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED);
+    ck_assert_ptr_eq(info.errorNode, n[2]);
+    TU_OK(gr.cuGraphLaunch(e, s1)); /* unchanged by the refusal */
+    ck_assert_uint_eq(counter(9), 2);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    for (int i = 0; i < 3; i++)
+        TU_OK(gr.cuGraphDestroy(g[i]));
+}
+END_TEST
+
+/* A programmatic edge (what programmatic stream serialization becomes in a graph) between two
+ * kernel nodes instantiates and runs both; from a memset node it is refused (cuda.h: "may
+ * only be used between kernel nodes"). */
+START_TEST(programmatic_edge_between_kernels)
+{
+    if (!tu_clusters_or_skip("programmatic_edge_between_kernels (programmatic dependent "
+                             "launch)"))
+        return;
+    CUdeviceptr p = mem + 40;
+    unsigned two = 2, three = 3;
+    void *a2[] = {&p, &two}, *a3[] = {&p, &three};
+    CUDA_KERNEL_NODE_PARAMS k2 = kparams(k.add_u32, a2), k3 = kparams(k.add_u32, a3);
+    CUDA_MEMSET_NODE_PARAMS mp;
+    memset(&mp, 0, sizeof mp);
+    mp.dst = mem + 44;
+    mp.elementSize = 4;
+    mp.width = 1;
+    mp.height = 1;
+    CUgraph g;
+    CUgraphNode a, b, m;
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    TU_OK(gr.cuGraphAddKernelNode(&a, g, NULL, 0, &k2));
+    TU_OK(gr.cuGraphAddKernelNode(&b, g, NULL, 0, &k3));
+    TU_OK(gr.cuGraphAddMemsetNode(&m, g, NULL, 0, &mp, tu_ctx));
+    CUgraphEdgeData ed;
+    memset(&ed, 0, sizeof ed);
+    ed.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    ed.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    TU_EQ(gr.add_edges(g, &m, &b, &ed, 1), CUDA_ERROR_INVALID_VALUE);
+    TU_OK(gr.add_edges(g, &a, &b, &ed, 1));
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(10), 10);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
+/* cuGraphInstantiateWithParams with CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD on the stream that will
+ * launch it: result_out says success and the exec runs; an unknown flag is refused
+ * (CUDA_GRAPH_INSTANTIATE_ERROR). Simulated driver: the upload happens at the instantiation,
+ * so the first launch uploads nothing; an exec instantiated without it is uploaded by its
+ * first launch, or by cuGraphUpload. */
+START_TEST(instantiate_with_upload)
+{
+    CUgraphNode n[3];
+    CUgraph g = chain(3, 12, 1, n);
+    unsigned long up = tu_fake.present ? tu_fake.graph_uploads() : 0;
+    unsigned long at_launch = tu_fake.present ? tu_fake.graph_launch_uploads() : 0;
+    CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+    memset(&ip, 0, sizeof ip);
+    ip.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    ip.hUploadStream = s1;
+    ip.result_out = CUDA_GRAPH_INSTANTIATE_ERROR;
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiateWithParams(&e, g, &ip));
+    ck_assert_int_eq(ip.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+    ck_assert_ptr_null(ip.hErrNode_out);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.graph_uploads(), up + 1);
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(12), 3);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.graph_launch_uploads(), at_launch);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    CUgraphExec plain, uploaded;
+    TU_OK(gr.cuGraphInstantiate(&plain, g, 0));
+    TU_OK(gr.cuGraphInstantiate(&uploaded, g, 0));
+    TU_OK(gr.cuGraphUpload(uploaded, s2));
+    TU_OK(gr.cuGraphLaunch(plain, s1));
+    TU_OK(gr.cuGraphLaunch(uploaded, s2));
+    ck_assert_uint_eq(counter(12), 9);
+    if (tu_fake.present) {
+        ck_assert_uint_eq(tu_fake.graph_uploads(), up + 3);
+        ck_assert_uint_eq(tu_fake.graph_launch_uploads(), at_launch + 1); /* plain's */
+    }
+    memset(&ip, 0, sizeof ip);
+    ip.flags = 1ull << 40;
+    TU_EQ(gr.cuGraphInstantiateWithParams(&e, g, &ip), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(ip.result_out, CUDA_GRAPH_INSTANTIATE_ERROR);
+    TU_OK(gr.cuGraphExecDestroy(plain));
+    TU_OK(gr.cuGraphExecDestroy(uploaded));
+    TU_OK(gr.cuGraphDestroy(g));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("graph");
@@ -412,6 +679,11 @@ int main(void)
     tcase_add_test(tc, event_nodes_order_two_graphs);
     tcase_add_test(tc, capture_makes_nodes_that_replay);
     tcase_add_test(tc, dot_file_names_nodes_and_edges);
+    tcase_add_test(tc, kernel_node_cluster_fixed_at_instantiation);
+    tcase_add_test(tc, kernel_node_cluster_refusals);
+    tcase_add_test(tc, exec_update_refuses_cooperative_and_node_priority_changes);
+    tcase_add_test(tc, programmatic_edge_between_kernels);
+    tcase_add_test(tc, instantiate_with_upload);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

@@ -233,8 +233,15 @@ class Stats(unittest.TestCase):
         self.assertEqual(set(st["maintenance"]),
                          {"running", "wakeups", "background_creates", "background_destroys",
                           "request_creates", "request_destroys", "graph_reaps"})
-        self.assertIn("launches", st["graph"])
-        self.assertIn("nodes_compared", st["graph"])
+        self.assertEqual(set(st["graph"]),
+                         {"launches", "hits", "misses", "instantiations", "updates",
+                          "nodes_updated", "update_failures", "evictions", "eager_launches",
+                          "entries", "execs", "bytes", "claims_lock_free", "claims_locked",
+                          "nodes_compared", "uploads", "update_topology_changed",
+                          "update_node_type_changed", "update_function_changed",
+                          "update_parameters_changed", "update_not_supported",
+                          "update_unsupported_function_change", "update_attributes_changed",
+                          "update_other", "node_update_refusals", "update_errors"})
         self.assertGreater(st["metadata_bytes"], 0)
 
 

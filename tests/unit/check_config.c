@@ -58,6 +58,7 @@ START_TEST(defaults)
     ck_assert_int_eq(c.stats_mode, CUPOOL_STATS_OFF);
     ck_assert_int_eq(c.log_level, CUPOOL_LOG_WARN);
     ck_assert_str_eq(c.driver_path, "libcuda.so.1");
+    ck_assert(c.graph_upload);
     ck_assert_int_eq(l.n, 0);
 }
 END_TEST
@@ -130,6 +131,16 @@ START_TEST(bad_values_keep_defaults)
     ck_assert_msg(strstr(l.text[0], "expected 1, 0, true, false, yes, no, on or off; using the default 0"), "%s", l.text[0]);
     ck_assert_msg(strstr(l.text[1], "none, error, warn, info or debug"), "%s", l.text[1]);
     ck_assert_msg(strstr(l.text[2], "using the default libcuda.so.1"), "%s", l.text[2]);
+    /* CUPOOL_GRAPH_UPLOAD: 0 turns the upload at instantiation off; a bad value is one line
+     * and the default (on) */
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_GRAPH_UPLOAD=0", NULL), 0);
+    ck_assert(!c.graph_upload);
+    ck_assert_int_eq(parse(&c, &l, false, "CUPOOL_GRAPH_UPLOAD=later", NULL), 1);
+    ck_assert(c.graph_upload);
+    ck_assert_int_eq(l.n, 1);
+    ck_assert_msg(strstr(l.text[0], "CUPOOL_GRAPH_UPLOAD=\"later\"") == l.text[0] &&
+                      strstr(l.text[0], "using the default 1"),
+                  "%s", l.text[0]);
 }
 END_TEST
 

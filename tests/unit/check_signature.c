@@ -135,6 +135,76 @@ START_TEST(redescribing_marks_only_what_changed)
 }
 END_TEST
 
+
+/* The signature of one kernel with launch attributes attrs[0 .. n-1] (grid 8, argument v). */
+static struct sig sig_attrs(cupool_pipeline_t pl, const CUlaunchAttribute *attrs, unsigned n,
+                            unsigned v)
+{
+    TU_OK(cupool_pipeline_reset(pl));
+    void *args[] = {&fx.mem, &v};
+    TU_OK(cupool_pipeline_kernel_ex(pl, fx.k.add_u32, 8, 1, 1, 1, 1, 1, 0, args, attrs, n, NULL));
+    struct cupool_pipeline *p = cupool__pipeline_of(pl);
+    struct sig s = {0};
+    s.n = cupool__signature(p, &s.hash);
+    ck_assert_uint_gt(s.n, 0);
+    ck_assert_uint_le(s.n, 64);
+    memcpy(s.w, p->sig, s.n * sizeof(uint64_t));
+    return s;
+}
+
+/* Launch attributes are structure, whatever the order they are given in; an attribute given
+ * with a different value (a priority, a cluster dimension, cooperative or not) is another
+ * signature; IGNORE entries and no attribute at all are a plain kernel's. */
+START_TEST(launch_attributes_are_structure)
+{
+    cupool_pipeline_t pl;
+    TU_OK(cupool_pipeline_create(&pl));
+    CUlaunchAttribute a[3];
+    memset(a, 0, sizeof a);
+    a[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a[0].value.clusterDim.x = 2;
+    a[0].value.clusterDim.y = a[0].value.clusterDim.z = 1;
+    a[1].id = CU_LAUNCH_ATTRIBUTE_PRIORITY;
+    a[1].value.priority = -1;
+    a[2].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    a[2].value.cooperative = 1;
+    struct sig base = sig_attrs(pl, a, 3, 1);
+    struct sig args = sig_attrs(pl, a, 3, 99); /* another argument: a parameter */
+    ck_assert(same(&base, &args));
+    CUlaunchAttribute r[3] = {a[2], a[0], a[1]};
+    struct sig reordered = sig_attrs(pl, r, 3, 1);
+    ck_assert(same(&base, &reordered));
+    a[1].value.priority = -2;
+    struct sig prio = sig_attrs(pl, a, 3, 1);
+    ck_assert(!same(&base, &prio));
+    a[1].value.priority = -1;
+    a[0].value.clusterDim.x = 4;
+    struct sig cluster = sig_attrs(pl, a, 3, 1);
+    ck_assert(!same(&base, &cluster));
+    a[0].value.clusterDim.x = 2;
+    a[2].value.cooperative = 0;
+    struct sig plain_coop = sig_attrs(pl, a, 3, 1);
+    ck_assert(!same(&base, &plain_coop));
+    struct sig two = sig_attrs(pl, a, 2, 1); /* cooperative 0 given, or not given: two */
+    ck_assert(!same(&plain_coop, &two));
+    CUlaunchAttribute ign[2];
+    memset(ign, 0, sizeof ign);
+    struct sig ignored = sig_attrs(pl, ign, 2, 1);
+    struct sig none = sig_attrs(pl, NULL, 0, 1);
+    ck_assert(same(&ignored, &none));
+    ck_assert(!same(&none, &base));
+    TU_OK(cupool_pipeline_reset(pl));
+    unsigned v = 1;
+    void *argv[] = {&fx.mem, &v};
+    TU_OK(cupool_pipeline_kernel(pl, fx.k.add_u32, 8, 1, 1, 1, 1, 1, 0, argv, NULL));
+    struct sig plain = {0};
+    plain.n = cupool__signature(cupool__pipeline_of(pl), &plain.hash);
+    memcpy(plain.w, cupool__pipeline_of(pl)->sig, plain.n * sizeof(uint64_t));
+    ck_assert(same(&plain, &none));
+    TU_OK(cupool_pipeline_destroy(pl));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("signature");
@@ -143,6 +213,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, structure_is_the_signature_parameters_are_not);
     tcase_add_test(tc, redescribing_marks_only_what_changed);
+    tcase_add_test(tc, launch_attributes_are_structure);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
