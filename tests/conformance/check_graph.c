@@ -441,10 +441,10 @@ static void check_cluster_ranks(CUdeviceptr out, unsigned blocks, unsigned cx, c
 }
 
 /* A kernel node's thread-block cluster dimension is taken when the graph is instantiated: a
- * later change of the node's attribute does not reach an exec made before, and
- * cuGraphExecUpdate with it is accepted without being applied to an exec that has launched
- * (seen on an H200 for a recaptured kernel). Only a new instantiation launches the new
- * dimension: why a pipeline's cluster dimension is part of its signature. */
+ * later change of the node's attribute does not reach an exec made before. cuGraphExecUpdate
+ * with the changed node applies it, even to an exec that has launched (H200, driver 580.159;
+ * for a recaptured kernel, whose dimension came with its launch, the same update was accepted
+ * and not applied: check_hostile's capture tests). A new instantiation launches it too. */
 START_TEST(kernel_node_cluster_fixed_at_instantiation)
 {
     if (!tu_clusters_or_skip("kernel_node_cluster_fixed_at_instantiation"))
@@ -481,7 +481,7 @@ START_TEST(kernel_node_cluster_fixed_at_instantiation)
     ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
     TU_OK(tu.cuMemsetD32(out, 0, 32 * 8));
     TU_OK(gr.cuGraphLaunch(e2, s1));
-    check_cluster_ranks(out, 8, 2, "updated to 4 after a launch (accepted, not applied)");
+    check_cluster_ranks(out, 8, 4, "updated to 4 after a launch");
     CUgraphExec e4;
     TU_OK(gr.cuGraphInstantiate(&e4, g, 0));
     TU_OK(gr.cuGraphLaunch(e4, s1));
@@ -493,8 +493,9 @@ START_TEST(kernel_node_cluster_fixed_at_instantiation)
 }
 END_TEST
 
-/* A cluster dimension of 0 is refused; one that does not divide the grid is refused by the
- * attribute's set or by the instantiation (cuda.h: "must be a divisor of the grid"). */
+/* A cluster dimension of 0 is refused (CUDA_ERROR_INVALID_VALUE); one that does not divide the
+ * grid (cuda.h: "must be a divisor of the grid") by the attribute's set or by the
+ * instantiation, with CUDA_ERROR_INVALID_CLUSTER_SIZE (H200, driver 580.159). */
 START_TEST(kernel_node_cluster_refusals)
 {
     if (!tu_clusters_or_skip("kernel_node_cluster_refusals"))
@@ -522,7 +523,7 @@ START_TEST(kernel_node_cluster_refusals)
         if (r == CUDA_SUCCESS)
             TU_OK(gr.cuGraphExecDestroy(e));
     }
-    TU_EQ(r, CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(r, CUDA_ERROR_INVALID_CLUSTER_SIZE);
     TU_OK(gr.cuGraphDestroy(g));
     TU_OK(tu.cuMemFree(out));
 }
