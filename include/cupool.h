@@ -557,6 +557,86 @@ CUPOOL_API CUresult cupool_pipeline_host(cupool_pipeline_t pipeline, CUhostFn fn
 CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
                                            const cupool_node_t *on, size_t count);
 
+/*
+ * Conditional nodes: a branch the host chooses per launch.
+ *
+ * cupool_pipeline_switch() and cupool_pipeline_if() append a conditional node with bodies;
+ * cupool_pipeline_body(pipeline, node, i) makes the adds that follow go into body i of that
+ * node, until cupool_pipeline_body_end() returns to the scope the node is in. The value
+ * chosen (a SWITCH's branch, an IF's condition) is a parameter like a kernel argument: a
+ * launch with another value is a hit on the cached graph with one node patched, not a new
+ * graph. In the graph the node is a one-thread kernel of cupool's own that calls
+ * cudaGraphSetConditional (loaded from PTX text once per context), followed by a CUDA
+ * conditional node (CU_GRAPH_NODE_TYPE_CONDITIONAL) whose body graphs hold the bodies' nodes;
+ * the node's type, its body count and everything in its bodies (node kinds, functions, launch
+ * attributes, dependencies) are structure, part of the signature, and the bodies' arguments
+ * are patched like any node's. A graph holding a conditional node can be instantiated once
+ * only and cannot be cloned (seen on an H200), so each exec of such a pipeline gets a graph
+ * built for it from the description (the first launch on each stream costs a graph build as
+ * well as an instantiation). Launched node by node (CUPOOL_GRAPH_DISABLE=1), the nodes of
+ * the chosen body run in the conditional node's place, and none for a value that picks no
+ * body.
+ *
+ * Shape of a description:
+ *   cupool_pipeline_kernel(p, prepare, ...);         node 0
+ *   cupool_pipeline_switch(p, 4, bucket, &sw);       node 1: depends on node 0
+ *   for (unsigned b = 0; b < 4; b++) {
+ *       cupool_pipeline_body(p, sw, b);
+ *       cupool_pipeline_kernel(p, variant[b], ...);  body b's first node: a root of its body
+ *       cupool_pipeline_body_end(p);
+ *   }
+ *   cupool_pipeline_kernel(p, finish, ...);          depends on node 1 (the SWITCH)
+ * Node numbers stay one sequence over every scope. Within a body the default dependency is
+ * the body's node added before (none for its first node); at the level of the conditional
+ * node, the node after it depends on it, and so runs after whichever body ran.
+ * Rules: a conditional node's bodies are filled right after it, before the next node of its
+ * scope (cupool_pipeline_body() on a node that is not the last of the open scope is
+ * refused); a body may be opened again while that holds. Conditional nodes nest (a body may
+ * hold one). Bodies take kernels (with or without launch attributes), memsets, memcpys and
+ * conditional nodes, as the driver allows (CUDA_CONDITIONAL_NODE_PARAMS); event records and
+ * waits and host functions are refused at the add. cupool_pipeline_depend() works within a
+ * scope only: a dependency between a body and anything outside it is refused. A launch with
+ * a body still open, or with a body that has no node, is refused (a body needs at least one
+ * node: give an empty branch a value that picks no body instead).
+ * Needs a driver with cuGraphConditionalHandleCreate and cuGraphAddNode (CUDA 12.3) and the
+ * module calls, unless pipelines launch node by node; the GPU must run the setter's PTX
+ * (sm_52 target, JIT-compiled by the driver).
+ * Every call here is an add: a failure leaves the pipeline as it was and is remembered until
+ * cupool_pipeline_reset(). Thread-safety: as every add, one thread at a time per pipeline.
+ */
+
+/**
+ * Appends a SWITCH node with nbodies bodies (at least 1); body `branch` runs at launch, none
+ * when branch >= nbodies. *node (if not NULL) gets its number, for cupool_pipeline_body().
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (not a pipeline, nbodies 0);
+ * CUDA_ERROR_NOT_SUPPORTED (a driver without the entry points conditional nodes need, named
+ * in the message, unless pipelines launch node by node); CUDA_ERROR_OUT_OF_MEMORY.
+ */
+CUPOOL_API CUresult cupool_pipeline_switch(cupool_pipeline_t pipeline, unsigned int nbodies,
+                                           unsigned int branch, cupool_node_t *node);
+/**
+ * Appends an IF node with nbodies bodies (1 or 2): body 0 runs when value is nonzero, body 1
+ * (when there are two) when it is zero. *node as for cupool_pipeline_switch().
+ * Returns what cupool_pipeline_switch() returns; CUDA_ERROR_INVALID_VALUE also for nbodies
+ * above 2.
+ */
+CUPOOL_API CUresult cupool_pipeline_if(cupool_pipeline_t pipeline, unsigned int nbodies,
+                                       unsigned int value, cupool_node_t *node);
+/**
+ * Makes the adds that follow go into body i of conditional node `node`, until
+ * cupool_pipeline_body_end(). Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (not a
+ * pipeline; node not a conditional node; i not below its body count; node not the last node
+ * of the open scope, for example another body of it still open).
+ */
+CUPOOL_API CUresult cupool_pipeline_body(cupool_pipeline_t pipeline, cupool_node_t node,
+                                         unsigned int i);
+/**
+ * Ends the open body: the adds that follow go into the scope of its conditional node, after
+ * that node. Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (not a pipeline, or no body is
+ * open).
+ */
+CUPOOL_API CUresult cupool_pipeline_body_end(cupool_pipeline_t pipeline);
+
 /**
  * Launches the pipeline on stream (in the current context). A hit on a cached signature
  * launches a cached graph exec after updating only the nodes whose parameters differ from
@@ -569,7 +649,8 @@ CUPOOL_API CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_no
  * graph launches wait for it (0.05 to 2.4 ms on an H200): an instantiation overlapping a
  * launch in the driver can stall both for as long as queued work takes to drain
  * (docs/graph-cache.md, "Instantiation and launches").
- * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline, or no nodes); the error of
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (NULL pipeline, or no nodes; a conditional
+ * node's body still open, or one without a node); the error of
  * an add that failed since the last reset (nothing is launched); the driver's
  * error of a failed launch (the cache stays consistent); the lifecycle errors of every call.
  */

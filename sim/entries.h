@@ -103,6 +103,9 @@
     X(cuGraphAddEmptyNode, 10000, cuGraphAddEmptyNode) \
     X(cuGraphAddEventRecordNode, 11010, cuGraphAddEventRecordNode) \
     X(cuGraphAddEventWaitNode, 11010, cuGraphAddEventWaitNode) \
+    X(cuGraphAddNode, 12020, cuGraphAddNode) \
+    Y(cuGraphAddNode, 12030, cuGraphAddNode_v2) \
+    X(cuGraphConditionalHandleCreate, 12030, cuGraphConditionalHandleCreate) \
     X(cuGraphAddDependencies, 10000, cuGraphAddDependencies) \
     Y(cuGraphAddDependencies, 12030, cuGraphAddDependencies_v2) \
     X(cuGraphGetNodes, 10000, cuGraphGetNodes) \

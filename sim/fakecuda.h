@@ -61,6 +61,20 @@
  *    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED otherwise) and sets result_out; the flag is refused
  *    by cuGraphInstantiateWithFlags (documented as WithParams only); cuGraphUpload uploads an
  *    exec; the first launch of an exec not uploaded uploads it (fakecuda_graph_uploads);
+ *  - conditional nodes (cuGraphConditionalHandleCreate, cuGraphAddNode of type
+ *    CU_GRAPH_NODE_TYPE_CONDITIONAL, IF with 1 or 2 bodies, SWITCH with 1 or more; WHILE and
+ *    every other node type through cuGraphAddNode: CUDA_ERROR_NOT_SUPPORTED): the node's body
+ *    graphs come back in phGraph_out and take kernel, empty, memset, memcpy and conditional
+ *    nodes (others: CUDA_ERROR_NOT_SUPPORTED at the add); a graph holding a conditional node,
+ *    in itself or in a body, is instantiated once only and cannot be cloned
+ *    (CUDA_ERROR_NOT_SUPPORTED, as on an H200); the builtin kernel cupool_set_cond sets a
+ *    handle's value as cudaGraphSetConditional does on the device; at its turn in a launch the
+ *    node runs body[value] of a SWITCH (nothing past the last body), body 0 of an IF for a
+ *    nonzero value and body 1 (if any) for zero; CU_GRAPH_COND_ASSIGN_DEFAULT gives the handle
+ *    its default value at the start of every launch; cuGraphExec*NodeSetParams address the
+ *    nodes inside bodies by the body graphs' nodes; cuGraphExecUpdate requires the same
+ *    conditional type, body count and body nodes (TOPOLOGY_CHANGED otherwise), and the exec
+ *    then runs the new graph's handles while answering to its own graph's nodes;
  *  - a trapped kernel fails with CUDA_ERROR_LAUNCH_FAILED and breaks every context.
  * Work is executed lazily: a stream's queued operations run in order when the stream, an
  * event recorded on it, or the context is synchronised, when a synchronous copy runs, or when
@@ -183,6 +197,10 @@ typedef void (*fakecuda_kernel_fn)(void **args, const unsigned int grid[3],
  *                                   blocks of one dimension; no cluster: one block each)
  *   launch_attrs(uint64 ptr)        ((uint32 *)ptr)[FAKECUDA_LA_*] = the launch attributes the
  *                                   kernel ran with (FAKECUDA_LAUNCH_ATTRS_WORDS words)
+ *   cupool_set_cond(uint64 handle, uint32 v)
+ *                                   cudaGraphSetConditional(handle, v): the conditional
+ *                                   handle's value for the rest of this launch (not a live
+ *                                   handle: the context breaks, CUDA_ERROR_ILLEGAL_ADDRESS)
  * Returns 0, or -1 if the table is full or the arguments are bad.
  */
 int fakecuda_register_kernel(const char *name, int nparams, const size_t *param_sizes,

@@ -47,11 +47,14 @@ struct fc_graph *graph_new(struct fc_ctx *c)
 void graph_free(struct fc_graph *g)
 {
     struct fc_ctx *c = g->ctx;
-    if (g->prev)
+    if (g->parent) {
+        /* a conditional node's body: in no list, freed with its node */
+    } else if (g->prev) {
         g->prev->next = g->next;
-    else
+    } else {
         c->graphs = g->next;
-    if (g->next)
+    }
+    if (!g->parent && g->next)
         g->next->prev = g->prev;
     while (g->head) {
         struct fc_op *op = g->head;
@@ -66,9 +69,14 @@ void graph_free(struct fc_graph *g)
     for (struct fc_exec *e = c->execs; e; e = e->next)
         if (e->src == g)
             e->src = NULL;
+    for (size_t i = 0; i < g->nconds; i++)
+        cond_unref(g->conds[i]);
+    free(g->conds);
+    int body = g->parent != NULL;
     g->magic = 0;
     free(g);
-    atomic_fetch_sub(&g_live_graphs, 1);
+    if (!body)
+        atomic_fetch_sub(&g_live_graphs, 1);
 }
 
 CUresult CUDAAPI cuGraphCreate(CUgraph *phGraph, unsigned int flags)
@@ -106,6 +114,8 @@ CUresult CUDAAPI cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     CUresult r = phGraphClone ? get_graph(originalGraph, &g) : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return leave(r);
+    if (g->has_cond) /* as on an H200 */
+        return leave(CUDA_ERROR_NOT_SUPPORTED);
     int slot = graph_use_begin(g);
     struct fc_graph *c = graph_new(g->ctx);
     struct fc_node **copy = malloc((g->nnodes ? g->nnodes : 1) * sizeof *copy);
@@ -261,6 +271,7 @@ static const char *node_type_name(CUgraphNodeType t)
     case CU_GRAPH_NODE_TYPE_EMPTY: return "EMPTY";
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT: return "WAIT_EVENT";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return "EVENT_RECORD";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return "CONDITIONAL";
     default: return "OTHER";
     }
 }

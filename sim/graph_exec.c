@@ -34,6 +34,9 @@ void exec_free(struct fc_exec *e)
     }
     if (e->last_q)
         queue_unref(e->last_q);
+    for (size_t i = 0; i < e->nconds; i++)
+        cond_unref(e->conds[i]);
+    free(e->conds);
     free(e->type);
     free(e->tmpl);
     free(e->ev);
@@ -47,7 +50,7 @@ void exec_free(struct fc_exec *e)
 }
 
 /* Kahn's algorithm, ties broken by insertion order. order[] gets the nodes; false on a cycle. */
-static int topo_order(struct fc_graph *g, struct fc_node **order)
+int topo_order(struct fc_graph *g, struct fc_node **order)
 {
     size_t n = g->nnodes, done = 0;
     char *placed = calloc(n ? n : 1, 1);
@@ -108,7 +111,24 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
         e->n = n;
         for (size_t i = 0; i < n; i++)
             pos[order[i]->index] = i;
-        size_t k = 0;
+        size_t k = 0, ccap = 0;
+        for (size_t i = 0; i < g->nconds && r == CUDA_SUCCESS; i++) {
+            struct fc_cond *c = g->conds[i];
+            if (!(c->flags & CU_GRAPH_COND_ASSIGN_DEFAULT))
+                continue;
+            if (e->nconds == ccap) {
+                size_t cap = ccap ? 2 * ccap : 4;
+                struct fc_cond **m = realloc(e->conds, cap * sizeof *m);
+                if (!m) {
+                    r = CUDA_ERROR_OUT_OF_MEMORY;
+                    break;
+                }
+                e->conds = m;
+                ccap = cap;
+            }
+            c->refs++;
+            e->conds[e->nconds++] = c;
+        }
         for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
             struct fc_node *x = order[i];
             e->type[i] = x->type;
@@ -120,7 +140,9 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
                 programmatic |= e->dep_type[k] == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
                 e->dep_index[k++] = pos[x->deps[j]->index];
             }
-            if (x->tmpl && !(e->tmpl[i] = op_clone(x->tmpl)))
+            if (x->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+                r = cond_op_build(x, &e->tmpl[i], &e->conds, &e->nconds, &ccap);
+            else if (x->tmpl && !(e->tmpl[i] = op_clone(x->tmpl)))
                 r = CUDA_ERROR_OUT_OF_MEMORY;
             /* a kernel reached through a programmatic edge may overlap its predecessor */
             if (r == CUDA_SUCCESS && x->type == CU_GRAPH_NODE_TYPE_KERNEL)
@@ -147,6 +169,9 @@ static CUresult exec_build(struct fc_graph *g, struct fc_exec **out)
                 if (e->ev && e->ev[i])
                     event_unref(e->ev[i]);
             }
+            for (size_t i = 0; i < e->nconds; i++)
+                cond_unref(e->conds[i]);
+            free(e->conds);
             free(e->type), free(e->tmpl), free(e->ev), free(e->node);
             free(e->dep_index), free(e->dep_start), free(e->dep_type), free(e);
         }
@@ -192,6 +217,10 @@ static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
         upload = NULL;
     if (upload && upload->ctx != g->ctx)
         return CUDA_ERROR_INVALID_VALUE;
+    if (g->parent)
+        return CUDA_ERROR_INVALID_VALUE; /* a conditional node's body */
+    if (g->has_cond && g->instantiated)
+        return CUDA_ERROR_NOT_SUPPORTED; /* once only, as on an H200 */
     if (g->exec_launched)
         atomic_fetch_add(&g_inst_of_launched, 1);
     struct fc_exec *e;
@@ -202,6 +231,7 @@ static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned l
     }
     if (r != CUDA_SUCCESS)
         return r;
+    g->instantiated++;
     e->node_priority = (flags & CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY) != 0;
     if (upload) {
         e->uploaded = 1;
@@ -377,6 +407,17 @@ static CUresult exec_launch(struct fc_exec *e, struct fc_stream *s)
             return r;
     }
     struct fc_op *last = NULL;
+    for (size_t i = 0; i < e->nconds; i++) { /* CU_GRAPH_COND_ASSIGN_DEFAULT handles */
+        struct fc_op *op = op_new(OP_CONDRESET);
+        if (!op)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        op->u.creset.c = e->conds[i];
+        e->conds[i]->refs++;
+        CUresult r = submit(s, op, not_before);
+        if (r != CUDA_SUCCESS)
+            return r;
+        last = op;
+    }
     for (size_t i = 0; i < e->n; i++) {
         struct fc_op *op = NULL;
         struct fc_event *ev = e->ev[i];
@@ -479,29 +520,49 @@ static long exec_pos(const struct fc_exec *e, CUgraphNode h)
     return -1;
 }
 
-/* Replaces the template at the position of node h: the kind must match. Takes op. */
+/* The template slot of graph node h in exec e, at its top level or inside a conditional
+ * node's bodies (named by the node of the body graph, as cuda.h has it), with its type; NULL
+ * if e has none. */
+static struct fc_op **exec_slot(struct fc_exec *e, CUgraphNode h, CUgraphNodeType *type)
+{
+    long i = exec_pos(e, h);
+    if (i >= 0) {
+        *type = e->type[i];
+        return &e->tmpl[i];
+    }
+    for (size_t j = 0; j < e->n; j++)
+        if (e->type[j] == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+            struct fc_op **s = cond_find_slot(e->tmpl[j], (const void *)h, type);
+            if (s)
+                return s;
+        }
+    return NULL;
+}
+
+/* Replaces the template at the place of node h: the kind must match. Takes op. */
 static CUresult exec_set(CUgraphExec hExec, CUgraphNode h, CUgraphNodeType type,
                          struct fc_op *op)
 {
     struct fc_exec *e;
+    CUgraphNodeType at = CU_GRAPH_NODE_TYPE_EMPTY;
     CUresult r = get_exec(hExec, &e);
-    long i = r == CUDA_SUCCESS ? exec_pos(e, h) : -1;
-    if (r == CUDA_SUCCESS && (i < 0 || e->type[i] != type))
+    struct fc_op **slot = r == CUDA_SUCCESS ? exec_slot(e, h, &at) : NULL;
+    if (r == CUDA_SUCCESS && (!slot || at != type))
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS) {
         op_free(op);
         return r;
     }
     if (type == CU_GRAPH_NODE_TYPE_KERNEL) { /* new parameters; the node's attributes stay */
-        kernel_attrs_copy(op, e->tmpl[i]);
-        op->u.k.programmatic = e->tmpl[i]->u.k.programmatic; /* an edge's, not a parameter */
+        kernel_attrs_copy(op, *slot);
+        op->u.k.programmatic = (*slot)->u.k.programmatic; /* an edge's, not a parameter */
         if (!kernel_shape_fits(op)) { /* the node's cluster dimension must divide the grid */
             op_free(op);
             return CUDA_ERROR_INVALID_VALUE;
         }
     }
-    op_free(e->tmpl[i]);
-    e->tmpl[i] = op;
+    op_free(*slot);
+    *slot = op;
     return CUDA_SUCCESS;
 }
 
@@ -664,6 +725,8 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
         const struct fc_op *o = e->tmpl[i], *n = fresh->tmpl[i];
         if (fresh->type[i] != e->type[i])
             why = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+        else if (e->type[i] == CU_GRAPH_NODE_TYPE_CONDITIONAL && !cond_same_shape(o, n))
+            why = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED; /* type, bodies, their nodes */
         else if (e->type[i] == CU_GRAPH_NODE_TYPE_KERNEL &&
                  (!n->u.k.cooperative != !o->u.k.cooperative ||
                   (e->node_priority && n->u.k.priority != o->u.k.priority)))
@@ -691,6 +754,8 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
             memcpy(n->u.k.sync_map, o->u.k.sync_map, sizeof n->u.k.sync_map);
         }
         for (size_t i = 0; i < e->n; i++) { /* swap parameters, keep e's node handles */
+            if (e->type[i] == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+                cond_keep_nodes(fresh->tmpl[i], e->tmpl[i]);
             struct fc_op *t = e->tmpl[i];
             struct fc_event *v = e->ev[i];
             e->tmpl[i] = fresh->tmpl[i];
@@ -698,6 +763,14 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
             fresh->tmpl[i] = t;
             fresh->ev[i] = v;
         }
+    }
+    if (why == CU_GRAPH_EXEC_UPDATE_SUCCESS) { /* the new graph's handles, reset at launch */
+        struct fc_cond **c = e->conds;
+        size_t nc = e->nconds;
+        e->conds = fresh->conds;
+        e->nconds = fresh->nconds;
+        fresh->conds = c;
+        fresh->nconds = nc;
     }
     exec_free(fresh);
     resultInfo->result = why;

@@ -77,6 +77,7 @@
 #define MAGIC_GRAPH 0x46436772u  /* "FCgr" */
 
 #define MAGIC_NODE 0x46436e64u /* "FCnd" */
+#define MAGIC_COND 0x46436364u /* "FCcd" */
 #define MAGIC_EXEC 0x46436578u /* "FCex" */
 
 /* handle states: a freed handle keeps its memory (and magic) so later use is detected */
@@ -122,6 +123,34 @@ struct fc_graph {
     struct fc_node *nhead, *ntail;
     size_t nnodes;
     int exec_launched; /* an exec instantiated from it has been launched */
+    /* conditional nodes: the handles created on it (each holds a reference), whether it or
+     * one of its bodies holds a conditional node (then it is instantiated once only and
+     * never cloned, as on an H200), how often it was instantiated, and, for a body graph,
+     * the conditional node that owns it (a body is not in its context's list of graphs) */
+    struct fc_cond **conds;
+    size_t nconds, cconds;
+    int has_cond;
+    int instantiated;
+    struct fc_node *parent;
+};
+/* A conditional handle (cuGraphConditionalHandleCreate): its value, set by the builtin setter
+ * kernel cupool_set_cond (cudaGraphSetConditional on a GPU) and read by the conditional node;
+ * reset to dflt at each launch with CU_GRAPH_COND_ASSIGN_DEFAULT. Reference counted: its
+ * graph and every queued operation naming it. Lock held for every field. */
+struct fc_cond {
+    uint32_t magic;
+    unsigned refs;
+    unsigned value, dflt, flags;
+    struct fc_graph *g; /* the graph it was created on (compared only) */
+    int used;           /* a conditional node uses it */
+};
+/* One body of a conditional operation: its nodes' operations in a topological order, with
+ * the graph node each came from (for exec updates of nodes inside bodies). */
+struct fc_body {
+    size_t n;
+    struct fc_op **op;      /* NULL for an empty node */
+    CUgraphNodeType *type;
+    const void **node;
 };
 struct fc_node {
     uint32_t magic;
@@ -135,6 +164,7 @@ struct fc_node {
     size_t ndeps, cap;
     struct fc_node *next;
     struct fc_node *origin; /* the node it was cloned from (cuGraphClone), never dereferenced */
+    CUgraph *bodies;        /* a conditional node: its body graphs (tmpl->u.cond.size) */
 };
 
 struct fc_exec {
@@ -155,6 +185,8 @@ struct fc_exec {
     int node_priority;    /* instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY */
     int uploaded;         /* uploaded (at instantiation, cuGraphUpload, or its first launch) */
     unsigned char *dep_type; /* per entry of dep_index: the edge's CU_GRAPH_DEPENDENCY_TYPE_* */
+    struct fc_cond **conds;  /* handles reset at each launch (CU_GRAPH_COND_ASSIGN_DEFAULT) */
+    size_t nconds;
 };
 
 
@@ -229,7 +261,7 @@ struct fc_ctx {
     struct fc_ctx *all_next;
 };
 
-enum op_kind { OP_KERNEL, OP_MEMSET, OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN };
+enum op_kind { OP_KERNEL, OP_MEMSET, OP_COPY, OP_RECORD, OP_WAIT, OP_HOSTFN, OP_COND, OP_CONDRESET };
 
 struct fc_op {
     struct fc_op *next;
@@ -282,6 +314,15 @@ struct fc_op {
             CUhostFn fn;
             void *data;
         } host;
+        struct { /* a conditional node: runs the body its handle's value picks */
+            struct fc_cond *c; /* a reference */
+            CUgraphConditionalNodeType type;
+            unsigned size;
+            struct fc_body *body; /* size bodies; NULL in a graph node's template */
+        } cond;
+        struct { /* a launch's first step: the handle back to its default value */
+            struct fc_cond *c; /* a reference */
+        } creset;
     } u;
 };
 
@@ -463,6 +504,20 @@ CUresult memcpy_node_op(const CUDA_MEMCPY3D *p, struct fc_op **out);
 int node_dep_type(const struct fc_node *n, size_t d);
 CUresult node_dep_set_type(struct fc_node *n, size_t d, int type);
 
+/* cond.c */
+struct fc_cond *cond_of(CUgraphConditionalHandle h);
+void cond_unref(struct fc_cond *c);
+void cond_op_free(struct fc_op *op);
+int cond_op_clone(struct fc_op *op, const struct fc_op *t);
+void cond_run(struct fc_op *op, int only_ready);
+CUresult cond_op_build(struct fc_node *x, struct fc_op **out, struct fc_cond ***conds,
+                       size_t *nconds, size_t *cconds);
+struct fc_op **cond_find_slot(struct fc_op *op, const void *node, CUgraphNodeType *type);
+int cond_same_shape(const struct fc_op *a, const struct fc_op *b);
+void cond_keep_nodes(struct fc_op *to, const struct fc_op *from);
+int node_allowed_in(const struct fc_graph *g, CUgraphNodeType type);
+void run_op_inline(struct fc_op *op, int only_ready);
+
 /* graph_exec.c */
 extern _Atomic int g_live_execs; /* execs instantiated and not destroyed */
 extern _Atomic unsigned long g_inst_of_launched;
@@ -472,6 +527,7 @@ extern unsigned long g_exec_destroy_waits; /* exec destroys with launches still 
 extern _Atomic unsigned long g_uploads;        /* execs uploaded, however */
 extern _Atomic unsigned long g_launch_uploads; /* of which by their first launch */
 void exec_free(struct fc_exec *e);
+int topo_order(struct fc_graph *g, struct fc_node **order);
 
 #pragma GCC visibility pop
 

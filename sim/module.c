@@ -15,6 +15,7 @@ static void k_trap(void **args, const unsigned grid[3], const unsigned block[3])
 static void k_cluster_width(void **args, const unsigned grid[3], const unsigned block[3]);
 static void k_cluster_rank(void **args, const unsigned grid[3], const unsigned block[3]);
 static void k_launch_attrs(void **args, const unsigned grid[3], const unsigned block[3]);
+static void k_set_cond(void **args, const unsigned grid[3], const unsigned block[3]);
 
 struct fc_kernel g_kernels[FC_MAX_KERNELS] = {
     {"spin", 1, {8}, k_spin},
@@ -25,8 +26,9 @@ struct fc_kernel g_kernels[FC_MAX_KERNELS] = {
     {"cluster_width", 1, {8}, k_cluster_width},
     {"cluster_rank", 1, {8}, k_cluster_rank},
     {"launch_attrs", 1, {8}, k_launch_attrs},
+    {"cupool_set_cond", 2, {8, 4}, k_set_cond},
 };
-int g_nkernels = 8;
+int g_nkernels = 9;
 
 int kernel_find(const char *name)
 {
@@ -70,6 +72,24 @@ static void k_set_u32(void **args, const unsigned grid[3], const unsigned block[
     memcpy(&v, args[1], 4);
     if (p)
         *p = v;
+}
+
+/* cupool's setter kernel: cudaGraphSetConditional(handle, value) from one thread. A value
+ * that is no live handle breaks the context, as an illegal address would. */
+static void k_set_cond(void **args, const unsigned grid[3], const unsigned block[3])
+{
+    (void)grid, (void)block;
+    uint64_t h;
+    uint32_t v;
+    memcpy(&h, args[0], 8);
+    memcpy(&v, args[1], 4);
+    lock();
+    struct fc_cond *c = cond_of((CUgraphConditionalHandle)h);
+    if (c)
+        c->value = v;
+    else
+        poison(tl_exec_ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
+    unlock();
 }
 
 static void k_add_u32(void **args, const unsigned grid[3], const unsigned block[3])

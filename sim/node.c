@@ -4,6 +4,12 @@
 
 void node_free(struct fc_node *n)
 {
+    if (n->bodies) {
+        for (unsigned i = 0; i < n->tmpl->u.cond.size; i++)
+            if (n->bodies[i])
+                graph_free((struct fc_graph *)n->bodies[i]);
+        free(n->bodies);
+    }
     if (n->tmpl)
         op_free(n->tmpl);
     if (n->ev)
@@ -34,6 +40,8 @@ CUresult node_add(struct fc_graph *g, CUgraphNodeType type, struct fc_op *tmpl,
     struct fc_node *n = NULL;
     if (!out || (ndeps && !deps))
         r = CUDA_ERROR_INVALID_VALUE;
+    else if (!node_allowed_in(g, type))
+        r = CUDA_ERROR_NOT_SUPPORTED; /* not in a conditional node's body */
     for (size_t i = 0; r == CUDA_SUCCESS && i < ndeps; i++) {
         struct fc_node *d;
         r = get_node(deps[i], &d);

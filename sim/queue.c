@@ -73,6 +73,10 @@ void op_free(struct fc_op *op)
         if (op->u.wait.ev) /* NULL: a launch waiting for its exec's previous launch */
             event_unref(op->u.wait.ev);
         break;
+    case OP_COND:
+    case OP_CONDRESET:
+        cond_op_free(op);
+        break;
     default:
         break;
     }
@@ -177,7 +181,19 @@ static void run_op(struct fc_op *op, int only_ready)
         op->u.host.fn(op->u.host.data);
         lock();
         break;
+    case OP_COND:
+        cond_run(op, only_ready);
+        break;
+    case OP_CONDRESET:
+        op->u.creset.c->value = op->u.creset.c->dflt;
+        break;
     }
+}
+
+/* Runs an operation of a conditional node's body, in place (cond_run). Lock held. */
+void run_op_inline(struct fc_op *op, int only_ready)
+{
+    run_op(op, only_ready);
 }
 
 /*
@@ -357,6 +373,10 @@ struct fc_op *op_clone(const struct fc_op *t)
         for (int i = 0; i < FC_MAX_PARAMS; i++)
             if (t->u.k.args[i])
                 op->u.k.args[i] = op->u.k.blob + ((unsigned char *)t->u.k.args[i] - t->u.k.blob);
+    }
+    if ((t->kind == OP_COND || t->kind == OP_CONDRESET) && !cond_op_clone(op, t)) {
+        op_free(op);
+        return NULL;
     }
     return op;
 }

@@ -33,7 +33,9 @@
  * events; a call that needs one then returns CUDA_ERROR_NOT_SUPPORTED.
  * cuGraphInstantiate is asked for by its WithFlags name: cuGetProcAddress("cuGraphInstantiate")
  * returns the five-argument form at every version from 11000 (seen on an H200).
- * cuGraphAddDependencies at 12030 is the form with edge data (cuGraphAddDependencies_v2). */
+ * cuGraphAddDependencies at 12030 is the form with edge data (cuGraphAddDependencies_v2), and
+ * so is cuGraphAddNode (cuGraphAddNode_v2). The module calls and the conditional-node calls
+ * serve pipelines' conditional nodes (their setter kernel, graph/cond.c). */
 #define CUPOOL_DRIVER_OPTIONAL(X)                                                           \
     X(cuDeviceGet, 2000, CUresult, (CUdevice * dev, int ordinal))                           \
     X(cuDevicePrimaryCtxRetain, 7000, CUresult, (CUcontext * ctx, CUdevice dev))            \
@@ -114,7 +116,15 @@
     X(cuGraphHostNodeSetParams, 10000, CUresult,                                            \
       (CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p))                                      \
     X(cuGraphEventRecordNodeSetEvent, 11010, CUresult, (CUgraphNode n, CUevent e))          \
-    X(cuGraphEventWaitNodeSetEvent, 11010, CUresult, (CUgraphNode n, CUevent e))
+    X(cuGraphEventWaitNodeSetEvent, 11010, CUresult, (CUgraphNode n, CUevent e))            \
+    X(cuModuleLoadData, 2000, CUresult, (CUmodule * m, const void *image))                  \
+    X(cuModuleUnload, 2000, CUresult, (CUmodule m))                                         \
+    X(cuModuleGetFunction, 2000, CUresult, (CUfunction * f, CUmodule m, const char *name))   \
+    X(cuGraphConditionalHandleCreate, 12030, CUresult,                                      \
+      (CUgraphConditionalHandle * h, CUgraph g, CUcontext c, unsigned dflt, unsigned flags)) \
+    X(cuGraphAddNode, 12030, CUresult,                                                      \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *d, const CUgraphEdgeData *e, size_t nd, \
+       CUgraphNodeParams *p))
 
 struct cupool__driver {
 #define X(name, version, ret, params) ret(*name) params;

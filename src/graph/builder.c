@@ -87,6 +87,7 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
     p->sigpos = 1; /* word 0 is the node count, compared at launch */
     p->sig_dirty = p->last_nsig == 0;
     p->add_error = CUDA_SUCCESS;
+    p->ncond = p->open_scope = p->open_body = p->dflt_dep = p->empty_bodies = 0;
     return CUDA_SUCCESS;
 }
 
@@ -108,6 +109,17 @@ static inline void kattr_words(const struct cupool_pipeline *p, uint32_t i, uint
     memcpy(w, &p->kattr[i], sizeof(struct kattr));
 }
 
+/* A node's second structure word: a kernel's function, a conditional node's kind and body
+ * count, 0 for the rest. */
+static inline uint64_t sig_what(const struct pnode *n)
+{
+    if (n->type == PN_KERNEL)
+        return (uint64_t)(uintptr_t)n->u.k.fn;
+    if (n->type == PN_COND)
+        return (uint64_t)n->u.cond.kind << 32 | n->u.cond.nbodies;
+    return 0;
+}
+
 /* The structure words of node i (see signature()). */
 void cupool__sig_node(struct cupool_pipeline *p, uint32_t i)
 {
@@ -115,8 +127,11 @@ void cupool__sig_node(struct cupool_pipeline *p, uint32_t i)
     p->sig_mark = p->sigpos;
     p->dirty_mark = p->sig_dirty;
     bool attrs = n->type == PN_KERNEL && n->attr;
-    sig_word(p, (uint64_t)(n->type | (attrs ? SIG_KATTR : 0)) << 32 | n->ndeps);
-    sig_word(p, n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0);
+    sig_word(p, (uint64_t)(n->type | (attrs ? SIG_KATTR : 0) | (n->scope ? SIG_SCOPED : 0)) << 32 |
+                    n->ndeps);
+    sig_word(p, sig_what(n));
+    if (n->scope)
+        sig_word(p, (uint64_t)n->scope << 32 | n->body);
     if (attrs) {
         uint64_t w[KATTR_WORDS];
         kattr_words(p, i, w);
@@ -151,7 +166,18 @@ CUresult cupool__node_push(struct cupool_pipeline *p, uint32_t type, struct pnod
     p->all_dirty = true;
     n->type = type;
     n->dep_start = p->ndeps;
-    if (p->n > 0) {
+    if (CUPOOL_UNLIKELY(p->ncond)) {
+        /* with conditional nodes: in the open body, after the node before it there */
+        n->scope = p->open_scope;
+        n->body = p->open_body;
+        if (p->dflt_dep) {
+            p->deps[p->ndeps++] = p->dflt_dep - 1;
+            n->ndeps = 1;
+        } else if (p->open_scope) {
+            p->empty_bodies--; /* the body's first node */
+        }
+        p->dflt_dep = p->n + 1;
+    } else if (p->n > 0) {
         p->deps[p->ndeps++] = p->n - 1;
         n->ndeps = 1;
     }
@@ -176,10 +202,12 @@ uint64_t cupool__mix(uint64_t h, uint64_t v)
  * its dependencies. */
 size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash)
 {
-    size_t nattr = 0;
-    for (uint32_t i = 0; i < p->n; i++)
+    size_t nattr = 0, nscoped = 0;
+    for (uint32_t i = 0; i < p->n; i++) {
         nattr += p->nodes[i].type == PN_KERNEL && p->nodes[i].attr;
-    size_t need = 1 + (size_t)p->n * 3 + p->ndeps + nattr * KATTR_WORDS;
+        nscoped += p->nodes[i].scope != 0;
+    }
+    size_t need = 1 + (size_t)p->n * 3 + p->ndeps + nattr * KATTR_WORDS + nscoped;
     if (!GROW(p->sig, p->sigcap, need))
         return 0;
     size_t w = 0;
@@ -189,13 +217,18 @@ size_t cupool__signature(struct cupool_pipeline *p, uint64_t *hash)
     for (uint32_t i = 0; i < p->n; i++) {
         const struct pnode *n = &p->nodes[i];
         bool attrs = n->type == PN_KERNEL && n->attr;
-        if (chain == i && n->type == PN_KERNEL && !attrs && n->ndeps == (i > 0) &&
+        if (chain == i && n->type == PN_KERNEL && !attrs && !n->scope && n->ndeps == (i > 0) &&
             (i == 0 || p->deps[n->dep_start] == i - 1))
             chain = i + 1;
-        p->sig[w++] = (uint64_t)(n->type | (attrs ? SIG_KATTR : 0)) << 32 | n->ndeps;
+        p->sig[w++] = (uint64_t)(n->type | (attrs ? SIG_KATTR : 0) | (n->scope ? SIG_SCOPED : 0))
+                          << 32 |
+                      n->ndeps;
         /* the function is structure (and its layout with it), and so is every launch
-         * attribute (attrs.c); everything else is patched */
-        p->sig[w++] = n->type == PN_KERNEL ? (uint64_t)(uintptr_t)n->u.k.fn : 0;
+         * attribute (attrs.c), a conditional node's kind and body count, and where a node
+         * is (its body); everything else is patched */
+        p->sig[w++] = sig_what(n);
+        if (n->scope)
+            p->sig[w++] = (uint64_t)n->scope << 32 | n->body;
         if (attrs) {
             kattr_words(p, i, &p->sig[w]);
             w += KATTR_WORDS;

@@ -65,14 +65,49 @@ bool cupool__argv_room_grow(struct cupool_pipeline *p)
     return p->argvcap >= need || GROW(p->argv, p->argvcap, need);
 }
 
-/* Builds the template graph of an entry from the pipeline. Not under the cache lock. */
-static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
+/* A conditional node's setter kernel: cupool_set_cond(handle, value), one thread. */
+static void setter_params(CUfunction fn, CUgraphConditionalHandle *h, uint32_t *value,
+                          void **argv, CUDA_KERNEL_NODE_PARAMS *kp)
 {
-    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphCreate(&e->graph, 0));
+    memset(kp, 0, sizeof(*kp));
+    kp->func = fn;
+    kp->gridDimX = kp->gridDimY = kp->gridDimZ = 1;
+    kp->blockDimX = kp->blockDimY = kp->blockDimZ = 1;
+    argv[0] = h;
+    argv[1] = value;
+    kp->kernelParams = argv;
+}
+
+/* Builds a graph of the pipeline into *graph_out: gnodes[i] gets node i's graph node (for a
+ * conditional node, its setter kernel's, which updates name), handles[i] a conditional node's
+ * handle (handles NULL: the pipeline has none). A node inside a body goes into the body graph
+ * the driver gave its conditional node, after its dependencies there. Not under the cache
+ * lock; on failure the caller destroys *graph_out (NULL when none was made). */
+static CUresult graph_build_into(struct gentry *e, struct cupool_pipeline *p, CUgraph *graph_out,
+                                 CUgraphNode *gnodes, CUgraphConditionalHandle *handles)
+{
+    *graph_out = NULL;
+    CUgraph graph = NULL;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuGraphCreate(&graph, 0));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuGraphCreate failed");
+    *graph_out = graph;
+    /* what a dependency on node i names (a conditional node's own node, not its setter), and
+     * the body graphs of each conditional node */
+    CUgraphNode *depn = gnodes;
+    CUgraph **bodies = NULL;
+    if (handles) {
+        depn = cupool__alloc(p->n * sizeof(*depn));
+        bodies = cupool__alloc(p->n * sizeof(*bodies));
+        if (!depn || !bodies) {
+            cupool__free(depn, p->n * sizeof(*depn));
+            cupool__free(bodies, p->n * sizeof(*bodies));
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory to build a graph");
+        }
+    }
     CUgraphNode deps_buf[16], *deps = deps_buf;
     size_t depcap = 16;
+    bool said = false; /* the failure was described already */
     for (uint32_t i = 0; i < p->n && r == CUDA_SUCCESS; i++) {
         const struct pnode *n = &p->nodes[i];
         if (n->ndeps > depcap) {
@@ -88,8 +123,10 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
             }
         }
         for (uint32_t d = 0; d < n->ndeps; d++)
-            deps[d] = e->gnodes[p->deps[n->dep_start + d]];
-        CUgraphNode *out = &e->gnodes[i];
+            deps[d] = depn[p->deps[n->dep_start + d]];
+        /* the graph it goes into: its conditional node's body, or the top level */
+        CUgraph g = n->scope ? bodies[n->scope - 1][n->body] : graph;
+        CUgraphNode *out = &gnodes[i];
         switch (n->type) {
         case PN_KERNEL: {
             CUDA_KERNEL_NODE_PARAMS kp;
@@ -101,57 +138,132 @@ static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
                 for (uint32_t d = 0; d < n->ndeps; d++) {
                     uint32_t on = p->deps[n->dep_start + d];
                     if (p->nodes[on].type != PN_KERNEL)
-                        deps[nd++] = e->gnodes[on];
+                        deps[nd++] = depn[on];
                 }
             }
-            r = CUPOOL_DRV(cupool__drv.cuGraphAddKernelNode(out, e->graph, deps, nd, &kp));
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddKernelNode(out, g, deps, nd, &kp));
             if (r == CUDA_SUCCESS && ka) {
                 r = cupool__kattr_node_set(*out, ka, i);
                 if (r == CUDA_SUCCESS && ka->programmatic)
-                    r = cupool__kattr_edges(e->graph, p, i, e->gnodes, *out);
-                if (r != CUDA_SUCCESS)
-                    goto out; /* said what failed */
+                    r = cupool__kattr_edges(g, p, i, depn, *out);
+                said = r != CUDA_SUCCESS;
             }
             break;
         }
         case PN_MEMSET: {
             CUDA_MEMSET_NODE_PARAMS mp;
             memset_params(n, &mp);
-            r = CUPOOL_DRV(
-                cupool__drv.cuGraphAddMemsetNode(out, e->graph, deps, n->ndeps, &mp, e->ctx));
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddMemsetNode(out, g, deps, n->ndeps, &mp, e->ctx));
             break;
         }
         case PN_MEMCPY: {
             CUDA_MEMCPY3D cp;
             memcpy_params(n, &cp);
-            r = CUPOOL_DRV(
-                cupool__drv.cuGraphAddMemcpyNode(out, e->graph, deps, n->ndeps, &cp, e->ctx));
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddMemcpyNode(out, g, deps, n->ndeps, &cp, e->ctx));
             break;
         }
         case PN_RECORD:
-            r = CUPOOL_DRV(cupool__drv.cuGraphAddEventRecordNode(out, e->graph, deps, n->ndeps,
-                                                                 n->u.ev.ev));
+            r = CUPOOL_DRV(
+                cupool__drv.cuGraphAddEventRecordNode(out, g, deps, n->ndeps, n->u.ev.ev));
             break;
         case PN_WAIT:
-            r = CUPOOL_DRV(cupool__drv.cuGraphAddEventWaitNode(out, e->graph, deps, n->ndeps,
-                                                               n->u.ev.ev));
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddEventWaitNode(out, g, deps, n->ndeps, n->u.ev.ev));
             break;
+        case PN_COND: {
+            /* a handle of its own (the setter sets it at each launch, so its default is never
+             * used), the setter kernel after the node's dependencies, the conditional node
+             * after the setter */
+            CUgraphConditionalHandle h = 0;
+            r = CUPOOL_DRV(cupool__drv.cuGraphConditionalHandleCreate(&h, g, e->ctx, 0,
+                                                                      CU_GRAPH_COND_ASSIGN_DEFAULT));
+            if (r != CUDA_SUCCESS) {
+                r = cupool__fail(r, "cuGraphConditionalHandleCreate failed (conditional node %u)",
+                                 i);
+                said = true;
+                break;
+            }
+            handles[i] = h;
+            CUDA_KERNEL_NODE_PARAMS kp;
+            void *argv[2];
+            uint32_t value = n->u.cond.value;
+            setter_params(cupool__setter_fn(e->setter), &handles[i], &value, argv, &kp);
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddKernelNode(out, g, deps, n->ndeps, &kp));
+            if (r != CUDA_SUCCESS)
+                break;
+            CUgraphNodeParams np;
+            memset(&np, 0, sizeof(np));
+            np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+            np.conditional.handle = h;
+            np.conditional.type =
+                n->u.cond.kind == PC_SWITCH ? CU_GRAPH_COND_TYPE_SWITCH : CU_GRAPH_COND_TYPE_IF;
+            np.conditional.size = n->u.cond.nbodies;
+            np.conditional.ctx = e->ctx;
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddNode(&depn[i], g, out, NULL, 1, &np));
+            if (r != CUDA_SUCCESS) {
+                r = cupool__fail(r, "adding conditional node %u (cuGraphAddNode) failed", i);
+                said = true;
+                break;
+            }
+            bodies[i] = np.conditional.phGraph_out;
+            continue; /* depn[i] is the conditional node */
+        }
         default: {
             CUDA_HOST_NODE_PARAMS hp = {n->u.host.fn, n->u.host.user};
-            r = CUPOOL_DRV(cupool__drv.cuGraphAddHostNode(out, e->graph, deps, n->ndeps, &hp));
+            r = CUPOOL_DRV(cupool__drv.cuGraphAddHostNode(out, g, deps, n->ndeps, &hp));
             break;
         }
         }
+        if (depn != gnodes)
+            depn[i] = gnodes[i];
     }
     if (deps != deps_buf)
         cupool__free(deps, depcap * sizeof(*deps));
-    if (r != CUDA_SUCCESS)
+    if (depn != gnodes) {
+        cupool__free(depn, p->n * sizeof(*depn));
+        cupool__free(bodies, p->n * sizeof(*bodies));
+    }
+    if (r != CUDA_SUCCESS && !said)
         return cupool__fail(r, "adding node to a pipeline graph failed");
-    return CUDA_SUCCESS;
-out:
-    if (deps != deps_buf)
-        cupool__free(deps, depcap * sizeof(*deps));
     return r;
+}
+
+/* Builds the template graph of an entry from the pipeline. Not under the cache lock. */
+static CUresult graph_build(struct gentry *e, struct cupool_pipeline *p)
+{
+    return graph_build_into(e, p, &e->graph, e->gnodes, NULL); /* the caller destroys it */
+}
+
+/* A graph of its own for an exec of e, a pipeline with conditional nodes (such a graph can be
+ * instantiated once only and not cloned): built from the description p, with a conditional
+ * handle of its own per conditional node. *nodes and *handles get e->n entries each. On
+ * failure nothing is left behind. */
+CUresult cupool__exec_graph_new(struct gentry *e, struct cupool_pipeline *p, CUgraph *graph,
+                                CUgraphNode **nodes, CUgraphConditionalHandle **handles)
+{
+    *graph = NULL;
+    *nodes = cupool__alloc(e->n * sizeof(**nodes));
+    *handles = cupool__alloc(e->n * sizeof(**handles));
+    CUresult r = CUDA_SUCCESS;
+    if (!*nodes || !*handles || !cupool__argv_room(p))
+        r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a graph exec");
+    else
+        r = graph_build_into(e, p, graph, *nodes, *handles);
+    if (r != CUDA_SUCCESS) {
+        cupool__exec_graph_free(e, *graph, *nodes, *handles, e->n);
+        *graph = NULL;
+        *nodes = NULL;
+        *handles = NULL;
+    }
+    return r;
+}
+
+/* Lets go of what cupool__exec_graph_new made. */
+void cupool__exec_graph_free(struct gentry *e, CUgraph graph, CUgraphNode *nodes,
+                             CUgraphConditionalHandle *handles, uint32_t n)
+{
+    cupool__objects_destroy(NULL, graph, NULL, e->ctx, e->ctx_id);
+    cupool__free(nodes, nodes ? n * sizeof(*nodes) : 0);
+    cupool__free(handles, handles ? n * sizeof(*handles) : 0);
 }
 
 /* A CUgraph is not internally synchronised (CUDA driver API documentation): a cached entry's
@@ -190,15 +302,30 @@ CUresult cupool__template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **
 
 static bool kernel_same(const struct pnode *n, const struct pnode *o);
 
+/* What a conditional node's update needs: the setter kernel and the exec's handles. */
+struct condargs {
+    const struct gentry *e;
+    const struct gexec *x;
+};
+
 /* Sets node i of p into the graph node gn: through the exec when exec is given
  * (cuGraphExec*SetParams: an update), else into a graph not instantiated yet (cuGraph*
- * SetParams). One driver call. Returns the driver's error (not recorded: the callers say what
- * failed). */
+ * SetParams). One driver call; a conditional node's is its setter kernel's (its branch value
+ * and x's handle). Returns the driver's error (not recorded: the callers say what failed). */
 static CUresult node_set(const struct cupool_pipeline *p, uint32_t i, CUgraphNode gn,
-                         CUgraphExec exec, CUcontext ctx)
+                         CUgraphExec exec, CUcontext ctx, const struct condargs *ca)
 {
     const struct pnode *n = &p->nodes[i];
     switch (n->type) {
+    case PN_COND: {
+        CUDA_KERNEL_NODE_PARAMS kp;
+        void *argv[2];
+        CUgraphConditionalHandle h = ca->x->handles[i];
+        uint32_t value = n->u.cond.value;
+        setter_params(cupool__setter_fn(ca->e->setter), &h, &value, argv, &kp);
+        return exec ? CUPOOL_DRV(cupool__drv.cuGraphExecKernelNodeSetParams(exec, gn, &kp))
+                    : CUPOOL_DRV(cupool__drv.cuGraphKernelNodeSetParams(gn, &kp));
+    }
     case PN_KERNEL: {
         CUDA_KERNEL_NODE_PARAMS kp;
         kernel_params(n, p->args, p->argv, &kp);
@@ -250,6 +377,8 @@ static bool node_same(const struct cupool_pipeline *p, uint32_t i, const struct 
     case PN_RECORD:
     case PN_WAIT:
         return n->u.ev.ev == o->u.ev.ev;
+    case PN_COND:
+        return n->u.cond.value == o->u.cond.value;
     default:
         return memcmp(&n->u.host, &o->u.host, sizeof n->u.host) == 0;
     }
@@ -258,22 +387,24 @@ static bool node_same(const struct cupool_pipeline *p, uint32_t i, const struct 
 /* node_set when node i differs from o (*set true then); nothing otherwise. */
 static CUresult node_set_changed(const struct cupool_pipeline *p, uint32_t i,
                                  const struct pnode *o, const unsigned char *old_args,
-                                 CUgraphNode gn, CUgraphExec exec, CUcontext ctx, bool *set)
+                                 CUgraphNode gn, CUgraphExec exec, CUcontext ctx,
+                                 const struct condargs *ca, bool *set)
 {
     *set = !node_same(p, i, o, old_args);
-    return *set ? node_set(p, i, gn, exec, ctx) : CUDA_SUCCESS;
+    return *set ? node_set(p, i, gn, exec, ctx, ca) : CUDA_SUCCESS;
 }
 
 /* node_set_changed for every node of p (old[], old_args: the description the graph nodes
  * gn[] last carried). *count: the nodes set. Stops at the first error, which it returns. */
 static CUresult nodes_set_changed(const struct cupool_pipeline *p, const struct pnode *old,
                                   const unsigned char *old_args, const CUgraphNode *gn,
-                                  CUgraphExec exec, CUcontext ctx, uint64_t *count)
+                                  CUgraphExec exec, CUcontext ctx, const struct condargs *ca,
+                                  uint64_t *count)
 {
     *count = 0;
     for (uint32_t i = 0; i < p->n; i++) {
         bool set;
-        CUresult r = node_set_changed(p, i, &old[i], old_args, gn[i], exec, ctx, &set);
+        CUresult r = node_set_changed(p, i, &old[i], old_args, gn[i], exec, ctx, ca, &set);
         if (r != CUDA_SUCCESS)
             return r;
         *count += set;
@@ -293,7 +424,8 @@ CUresult cupool__clone_take_params(const struct gentry *e, const struct gexec *x
                                    struct cupool_pipeline *p)
 {
     uint64_t set;
-    CUresult r = nodes_set_changed(p, e->tmpl, e->tmpl_args, x->nodes, NULL, e->ctx, &set);
+    const struct condargs ca = {e, x};
+    CUresult r = nodes_set_changed(p, e->tmpl, e->tmpl_args, x->nodes, NULL, e->ctx, &ca, &set);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "setting the parameters of a new exec's graph failed (%u nodes set)",
                             (unsigned)set);
@@ -318,7 +450,14 @@ CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipe
      * fresh clone, 0 of 24 from another graph). The clone's nodes name the exec's nodes in
      * updates. */
     CUresult r = CUDA_SUCCESS;
-    if (!graph) {
+    if (!graph && e->ncond) {
+        /* a graph of its own, from the launching description (never cloned: see above) */
+        r = cupool__exec_graph_new(e, p, &x->graph, &x->nodes, &x->handles);
+        if (r == CUDA_SUCCESS) {
+            x->nnodes = e->n;
+            graph = x->graph;
+        }
+    } else if (!graph) {
         r = cupool__template_clone(e, &x->graph, &x->nodes);
         if (r == CUDA_SUCCESS) {
             x->nnodes = e->n;
@@ -346,8 +485,10 @@ CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipe
     if (r != CUDA_SUCCESS) {
         cupool__objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+        cupool__free(x->handles, x->handles ? x->nnodes * sizeof(*x->handles) : 0);
         x->graph = NULL;
         x->nodes = NULL;
+        x->handles = NULL;
         cupool__exec_struct_put_locked(x);
         return r;
     }
@@ -357,6 +498,7 @@ CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipe
              !cupool__grow((void **)&x->snap_args, &x->snap_acap, e->tmpl_alen + 1, 1))) {
         cupool__objects_destroy(x->exec, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+        cupool__free(x->handles, x->handles ? x->nnodes * sizeof(*x->handles) : 0);
         cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
         cupool__free(x->snap_args, x->snap_acap);
         cupool__exec_fp_set(x, NULL, 0, false);
@@ -393,6 +535,7 @@ CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig
     e->ctx = ctx;
     e->n = p->n;
     e->nsig = nsig;
+    e->ncond = p->ncond;
     e->inst_flags = cupool__kattr_inst_flags(p);
     e->sig = cupool__alloc(nsig * sizeof(*e->sig));
     e->gnodes = cupool__alloc(p->n * sizeof(*e->gnodes));
@@ -407,12 +550,16 @@ CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig
         if (p->alen)
             memcpy(e->tmpl_args, p->args, p->alen);
         e->tmpl_alen = p->alen;
-        r = graph_build(e, p);
+        /* with conditional nodes: no template (each exec gets a graph of its own), and the
+         * context's setter kernel */
+        r = e->ncond ? cupool__setter_get(ctx, ctx_id, &e->setter) : graph_build(e, p);
     }
     struct gexec *x = NULL;
     if (r == CUDA_SUCCESS)
-        r = cupool__exec_new(e, upload, &x);
+        r = cupool__exec_new_of(e, NULL, e->ncond ? p : NULL, upload, &x);
     if (r != CUDA_SUCCESS) {
+        cupool__setter_put(e->setter);
+        e->setter = NULL;
         cupool__objects_destroy(NULL, e->graph, NULL, ctx, ctx_id);
         cupool__free(e->sig, nsig * sizeof(*e->sig));
         cupool__free(e->gnodes, p->n * sizeof(*e->gnodes));
@@ -525,6 +672,7 @@ CUresult cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pi
     /* x ran this pipeline's last launch; the caller ruled out that nothing changed since
      * (cupool__exec_holds) */
     bool last_own = x->snap_owner == p && x->snap_gen == p->gen;
+    const struct condargs ca = {e, x};
     *unchanged = false;
     if (last_own && same && !p->all_dirty && p->alen == x->snap_alen) {
         /* x holds the last launch's parameters: only the marked nodes can differ */
@@ -540,8 +688,8 @@ CUresult cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pi
                 bool set = true;
                 ++*compared;
                 r = p->redescribed ? node_set_changed(p, i, &x->snap[i], x->snap_args,
-                                                      x->nodes[i], x->exec, e->ctx, &set)
-                                   : node_set(p, i, x->nodes[i], x->exec, e->ctx);
+                                                      x->nodes[i], x->exec, e->ctx, &ca, &set)
+                                   : node_set(p, i, x->nodes[i], x->exec, e->ctx, &ca);
                 if (r == CUDA_SUCCESS) {
                     *updated += set;
                     snapshot_node(x, p, i);
@@ -559,7 +707,8 @@ CUresult cupool__exec_update(struct gentry *e, struct gexec *x, struct cupool_pi
     if (*unchanged)
         return CUDA_SUCCESS;
     _Atomic uint32_t *gate = gate_enter();
-    CUresult r = nodes_set_changed(p, x->snap, x->snap_args, x->nodes, x->exec, e->ctx, updated);
+    CUresult r =
+        nodes_set_changed(p, x->snap, x->snap_args, x->nodes, x->exec, e->ctx, &ca, updated);
     gate_leave(gate);
     return r;
 }
@@ -603,15 +752,31 @@ static CUresult eager_kernel_ex(const CUDA_KERNEL_NODE_PARAMS *kp, const struct 
     return CUDA_SUCCESS;
 }
 
+/* Does node n, in a body, run: is its body the one its conditional node picks, and that node
+ * in a body that runs (nested)? */
+static bool eager_chosen(const struct cupool_pipeline *p, const struct pnode *n)
+{
+    for (; n->scope; n = &p->nodes[n->scope - 1])
+        if (cupool__cond_pick(&p->nodes[n->scope - 1]) != (int)n->body)
+            return false;
+    return true;
+}
+
 /* Launches the nodes one by one (CUPOOL_GRAPH_DISABLE, or no graph support). Insertion order
- * is a topological order: every dependency was added before its dependant. */
+ * is a topological order: every dependency was added before its dependant, and a conditional
+ * node's bodies follow it before the next node of its scope (cupool_pipeline_body), so the
+ * nodes of the body it picks run in its place; the other bodies' nodes are skipped. */
 CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s)
 {
     atomic_fetch_add_explicit(&cupool__st_eager, 1, CUPOOL_RELAXED);
     for (uint32_t i = 0; i < p->n; i++) {
         const struct pnode *n = &p->nodes[i];
         CUresult r;
+        if (CUPOOL_UNLIKELY(n->scope) && !eager_chosen(p, n))
+            continue; /* in a body its conditional node does not run */
         switch (n->type) {
+        case PN_COND: /* its chosen body's nodes follow it */
+            continue;
         case PN_KERNEL: {
             CUDA_KERNEL_NODE_PARAMS kp;
             kernel_params(n, p->args, p->argv, &kp);

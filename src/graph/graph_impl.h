@@ -46,7 +46,9 @@
 
 #define PIPELINE_MAGIC 0x7069706cu /* "pipl" */
 
-enum pn_type { PN_KERNEL = 1, PN_MEMSET, PN_MEMCPY, PN_RECORD, PN_WAIT, PN_HOST };
+enum pn_type { PN_KERNEL = 1, PN_MEMSET, PN_MEMCPY, PN_RECORD, PN_WAIT, PN_HOST, PN_COND };
+/* The kinds of conditional node (cupool_pipeline_switch, cupool_pipeline_if). */
+enum pn_cond_kind { PC_IF = 1, PC_SWITCH = 2 };
 
 /* A kernel's argument layout, from cuFuncGetParamInfo: shared by every pipeline that holds
  * it (refs), and listed in fn_table until cupool_trim() forgets the layouts learnt so far. It
@@ -88,11 +90,16 @@ _Static_assert(sizeof(struct kattr) % sizeof(uint64_t) == 0, "kattr: whole signa
 /* A kernel node with attributes: its first signature word's type carries this bit, and its
  * KATTR_WORDS attribute words follow the function's. */
 #define SIG_KATTR 0x100u
+/* A node inside a conditional node's body: its first signature word's type carries this bit,
+ * and a word (the conditional node's number + 1) << 32 | body follows its function word. */
+#define SIG_SCOPED 0x200u
 
 struct pnode {
     uint32_t type;
     uint32_t ndeps, dep_start; /* into the pipeline's deps[] */
     uint32_t attr;             /* a kernel: 1 when it has launch attributes (kattr[i]), else 0 */
+    /* where it is: 0 at the top level, else in body `body` of conditional node scope - 1 */
+    uint32_t scope, body;
     union {
         struct {
             CUfunction fn;
@@ -117,6 +124,11 @@ struct pnode {
             CUhostFn fn;
             void *user;
         } host;
+        /* a conditional node: its kind (enum pn_cond_kind) and bodies are structure, the
+         * branch value (the setter kernel's argument) a parameter */
+        struct {
+            uint32_t kind, nbodies, value;
+        } cond;
     } u;
 };
 
@@ -185,6 +197,14 @@ struct cupool_pipeline {
      * follows a trim, and at destroy */
     struct fninfo **held;
     size_t nheld, heldcap;
+    /* conditional nodes of the description (cupool_pipeline_switch/_if): how many, the body
+     * the next add goes into (open_scope: the conditional node's number + 1, 0 at the top
+     * level; open_body), the node the next add depends on by default (dflt_dep: number + 1,
+     * 0 for none) and the bodies still without a node */
+    uint32_t ncond;
+    uint32_t open_scope, open_body;
+    uint32_t dflt_dep;
+    uint32_t empty_bodies;
 };
 
 
@@ -222,6 +242,10 @@ struct gexec {
     CUgraph graph;
     CUgraphNode *nodes;
     uint32_t nnodes;
+    /* of an exec of a pipeline with conditional nodes (its graph built for it alone): the
+     * conditional handle of each conditional node i (handles[i]; nnodes of them), and
+     * nodes[i] is that node's setter kernel */
+    CUgraphConditionalHandle *handles;
     CUstream last_stream; /* compared only, never passed to the driver again */
     CUevent done;         /* recorded after each launch once the entry is multi-stream */
     bool launched, done_valid;
@@ -267,6 +291,11 @@ struct gentry {
     unsigned long long inst_flags;
     int nexecs;
     int npending; /* new execs being instantiated for it (counted against the limit) */
+    /* conditional nodes in its pipeline: then it has no template graph (a graph holding one
+     * can be instantiated once only and not cloned): each exec gets a graph built for it
+     * from the launching description, and the setter kernel is that of its context */
+    uint32_t ncond;
+    struct cupool__setter *setter;
     _Atomic bool multi_stream; /* set under the lock, read without */
     size_t bytes;
     struct gentry *hnext, *prev, *next; /* hash chain; list of all entries */
@@ -454,9 +483,25 @@ static inline void cupool__refill_launched(struct cupool_pipeline *p, bool dirty
 {
     if (dirty)
         cupool__refill_consumed(p);
-    p->hw = p->n;
+    p->hw = p->ncond ? 0 : p->n; /* a description with conditional nodes is written afresh */
 }
 CUresult cupool__template_clone(struct gentry *e, CUgraph *graph, CUgraphNode **nodes);
+
+/* graph/cond.c */
+struct cupool__setter;
+CUresult cupool__setter_get(CUcontext ctx, unsigned long long ctx_id, struct cupool__setter **out);
+void cupool__setter_put(struct cupool__setter *s);
+CUfunction cupool__setter_fn(const struct cupool__setter *s);
+void cupool__setters_trim(bool closing);
+CUresult cupool__cond_supported(const char *who);
+int cupool__cond_pick(const struct pnode *n);
+/* exec.c */
+CUresult cupool__exec_graph_new(struct gentry *e, struct cupool_pipeline *p, CUgraph *graph,
+                                CUgraphNode **nodes, CUgraphConditionalHandle **handles);
+void cupool__exec_graph_free(struct gentry *e, CUgraph graph, CUgraphNode *nodes,
+                             CUgraphConditionalHandle *handles, uint32_t n);
+/* graveyard.c */
+bool cupool__graves_of(unsigned long long ctx_id);
 
 /* graph/gate.c */
 

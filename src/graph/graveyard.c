@@ -79,6 +79,16 @@ static bool grave_destroy(struct grave *g)
     return true;
 }
 
+/* Does a grave of the context with this id wait (an exec that may still use a module of it)?
+ * Cache lock held. */
+bool cupool__graves_of(unsigned long long ctx_id)
+{
+    for (int i = 0; i < ngraves; i++)
+        if (graves[i].ctx_id == ctx_id)
+            return true;
+    return false;
+}
+
 /* The last resort: a destroy failed and there is no memory to keep the object for a retry. */
 static void grave_lost(const char *what)
 {
@@ -212,6 +222,7 @@ void cupool__exec_free(struct gentry *e, struct gexec *x, bool alive)
     cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
     cupool__free(x->snap_args, x->snap_acap);
     cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
+    cupool__free(x->handles, x->handles ? x->nnodes * sizeof(*x->handles) : 0);
     cupool__exec_fp_set(x, NULL, 0, false);
     cupool__exec_struct_put(x);
 }
@@ -236,6 +247,7 @@ static void entry_free_as(struct gentry *e, bool alive)
     cupool__free(e->gnodes, e->n * sizeof(*e->gnodes));
     cupool__free(e->tmpl, e->n * sizeof(*e->tmpl));
     cupool__free(e->tmpl_args, e->tmpl_alen + 1);
+    cupool__setter_put(e->setter);
     cupool__entry_struct_put(e);
 }
 

@@ -406,8 +406,19 @@ static CUresult exec_rebuild(struct launch_src *s, struct gentry *e, struct gexe
     x->exec = NULL;
     CUgraph clone = NULL;
     CUgraphNode *nodes = NULL;
-    CUresult r = cupool__template_clone(e, &clone, &nodes);
-    if (r == CUDA_SUCCESS) {
+    CUresult r;
+    if (e->ncond) { /* a graph of its own again, from this launch's description */
+        CUgraphConditionalHandle *handles = NULL;
+        r = cupool__exec_graph_new(e, s->p, &clone, &nodes, &handles);
+        if (r == CUDA_SUCCESS) {
+            cupool__exec_graph_free(e, x->graph, x->nodes, x->handles, x->nnodes);
+            x->graph = clone;
+            x->nodes = nodes;
+            x->handles = handles;
+            x->nnodes = e->n;
+            r = cupool__instantiate_gated(&x->exec, x->graph, e->inst_flags, &stream);
+        }
+    } else if ((r = cupool__template_clone(e, &clone, &nodes)) == CUDA_SUCCESS) {
         cupool__objects_destroy(NULL, x->graph, NULL, e->ctx, e->ctx_id);
         cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
         x->graph = clone;
@@ -669,6 +680,12 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
                             "cupool_pipeline_launch: a node could not be added (error %d) since "
                             "the last cupool_pipeline_reset: the description is incomplete",
                             (int)p->add_error);
+    if (CUPOOL_UNLIKELY(p->open_scope || p->empty_bodies))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_pipeline_launch: %s", p->open_scope
+                                ? "a conditional node's body is still open "
+                                  "(cupool_pipeline_body_end)"
+                                : "a conditional node has a body without a node");
     CUresult r;
     if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING) &&
         (r = cupool__enter()) != CUDA_SUCCESS)

@@ -320,6 +320,18 @@ static CUresult memcpy_add(cupool_pipeline_t pipeline, CUdeviceptr dst, CUdevice
     return r;
 }
 
+/* An add of a kind the driver does not take in a conditional node's body (cuda.h,
+ * CUDA_CONDITIONAL_NODE_PARAMS: kernel, empty, memset, memcpy, child graph and conditional
+ * nodes only). */
+static CUresult body_refuses(const struct cupool_pipeline *p, const char *who)
+{
+    return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                        "%s: body %u of conditional node %u is open, and a conditional node's "
+                        "body takes kernels, memsets, memcpys and conditional nodes only (event "
+                        "records and waits and host functions: not in a body)",
+                        who, p->open_body, p->open_scope - 1);
+}
+
 static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type,
                            cupool_node_t *node, const char *what)
 {
@@ -327,6 +339,8 @@ static CUresult event_node(cupool_pipeline_t pipeline, CUevent ev, uint32_t type
     if (!p || !ev)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", what,
                             !p ? "not a pipeline" : "event is NULL");
+    if (p->open_scope)
+        return body_refuses(p, what);
     struct pnode *n = refill_node(p, type);
     if (n) {
         bool changed = n->u.ev.ev != ev;
@@ -361,6 +375,8 @@ static CUresult host_add(cupool_pipeline_t pipeline, CUhostFn fn, void *user_dat
     if (!p || !fn)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_host: %s",
                             !p ? "not a pipeline" : "fn is NULL");
+    if (p->open_scope)
+        return body_refuses(p, "cupool_pipeline_host");
     struct pnode *n = refill_node(p, PN_HOST);
     if (n) {
         bool changed = n->u.host.fn != fn || n->u.host.user != user_data;
@@ -390,6 +406,13 @@ static CUresult depend_add(cupool_pipeline_t pipeline, cupool_node_t node, const
             return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                                 "cupool_pipeline_depend: node %u cannot depend on node %u "
                                 "(dependencies must be added before)",
+                                node, on[i]);
+        const struct pnode *a = &p->nodes[node], *b = &p->nodes[on[i]];
+        if (a->scope != b->scope || a->body != b->body)
+            return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                                "cupool_pipeline_depend: node %u cannot depend on node %u: they "
+                                "are in different scopes (the top level, or a conditional "
+                                "node's body): dependencies stay inside a body",
                                 node, on[i]);
         for (size_t j = 0; j < i; j++)
             if (on[j] == on[i])
@@ -642,4 +665,116 @@ CUresult cupool_pipeline_depend(cupool_pipeline_t pipeline, cupool_node_t node,
                                 const cupool_node_t *on, size_t count)
 {
     return PUBLIC_ADD(depend_add(pipeline, node, on, count));
+}
+
+/* ---- conditional nodes (cupool_pipeline_switch, _if, _body, _body_end) ----
+ * Always written afresh (node_push), and the description is not refilled in place past one
+ * (hw 0): node_push places each node in the open body, after the node before it there. */
+
+/* Appends a conditional node of kind `kind` with nbodies bodies and its branch value (the
+ * setter kernel's argument, a parameter like any kernel argument). */
+static CUresult cond_add(cupool_pipeline_t pipeline, uint32_t kind, unsigned int nbodies,
+                         unsigned int value, cupool_node_t *node, const char *who)
+{
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!p || nbodies == 0 || (kind == PC_IF && nbodies > 2))
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: %s", who,
+                            !p              ? "not a pipeline"
+                            : kind == PC_IF ? "an IF node has 1 or 2 bodies"
+                                            : "a SWITCH node has at least 1 body");
+    CUresult r = cupool__enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* what the graph needs, unless pipelines launch node by node */
+    if (!cupool__cfg.graph_disable && cupool__graphs_supported() &&
+        (r = cupool__cond_supported(who)) != CUDA_SUCCESS)
+        return r;
+    if (p->empty_bodies > UINT32_MAX - nbodies)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: too many bodies", who);
+    uint32_t had = p->ncond, dflt = p->dflt_dep;
+    if (had == 0) /* from here on node_push places each node in the open body */
+        p->dflt_dep = p->n; /* the node before it (p->n - 1), or none */
+    p->ncond = 1;
+    struct pnode *n;
+    r = cupool__node_push(p, PN_COND, &n, node);
+    if (r != CUDA_SUCCESS) {
+        p->ncond = had;
+        p->dflt_dep = dflt;
+        return r;
+    }
+    p->ncond = had + 1;
+    p->empty_bodies += nbodies;
+    p->hw = 0; /* nothing is refilled in place from here on */
+    n->u.cond.kind = kind;
+    n->u.cond.nbodies = nbodies;
+    n->u.cond.value = value;
+    cupool__sig_node(p, p->n - 1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_switch(cupool_pipeline_t pipeline, unsigned int nbodies,
+                                unsigned int branch, cupool_node_t *node)
+{
+    return PUBLIC_ADD(cond_add(pipeline, PC_SWITCH, nbodies, branch, node,
+                               "cupool_pipeline_switch"));
+}
+
+CUresult cupool_pipeline_if(cupool_pipeline_t pipeline, unsigned int nbodies, unsigned int value,
+                            cupool_node_t *node)
+{
+    return PUBLIC_ADD(cond_add(pipeline, PC_IF, nbodies, value, node, "cupool_pipeline_if"));
+}
+
+static CUresult body_open(cupool_pipeline_t pipeline, cupool_node_t node, unsigned int i)
+{
+    static const char who[] = "cupool_pipeline_body";
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!p)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: not a pipeline", who);
+    if (node >= p->n || p->nodes[node].type != PN_COND)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: node %u is not a conditional node",
+                            who, node);
+    const struct pnode *c = &p->nodes[node];
+    if (i >= c->u.cond.nbodies)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "%s: conditional node %u has %u bodies: no body %u", who, node,
+                            c->u.cond.nbodies, i);
+    if (c->scope != p->open_scope || c->body != p->open_body || p->dflt_dep != node + 1)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "%s: conditional node %u is not the last node of the open scope "
+                            "(a conditional node's bodies are filled right after it, before the "
+                            "next node of its scope: end the open body first)",
+                            who, node);
+    /* the body's last node so far, if it was opened before: the next add depends on it */
+    uint32_t last = 0;
+    for (uint32_t j = p->n; j > node + 1 && !last; j--)
+        if (p->nodes[j - 1].scope == node + 1 && p->nodes[j - 1].body == i)
+            last = j;
+    p->open_scope = node + 1;
+    p->open_body = i;
+    p->dflt_dep = last;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_body(cupool_pipeline_t pipeline, cupool_node_t node, unsigned int i)
+{
+    return PUBLIC_ADD(body_open(pipeline, node, i));
+}
+
+static CUresult body_close(cupool_pipeline_t pipeline)
+{
+    struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (!p || !p->open_scope)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_body_end: %s",
+                            !p ? "not a pipeline" : "no body is open");
+    uint32_t c = p->open_scope - 1;
+    p->open_scope = p->nodes[c].scope;
+    p->open_body = p->nodes[c].body;
+    p->dflt_dep = c + 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_pipeline_body_end(cupool_pipeline_t pipeline)
+{
+    return PUBLIC_ADD(body_close(pipeline));
 }

@@ -95,6 +95,7 @@ void cupool__graph_cache_close(bool all_threads)
     }
     pthread_mutex_unlock(&cupool__cache_lock);
     cupool__graves_reap(true);
+    cupool__setters_trim(true);
 }
 
 /* cupool_trim(): drops every cached graph not in use right now, and forgets kernel layouts
@@ -111,6 +112,7 @@ void cupool__graph_cache_trim(void)
     }
     pthread_mutex_unlock(&cupool__cache_lock);
     cupool__graves_reap(true); /* everything buried, now (trim may wait) */
+    cupool__setters_trim(false); /* the setter modules no entry uses any more */
     pthread_mutex_lock(&cupool__cache_lock);
     /* free structs back to the allocator, once no lock-free claim can be touching one: the
      * epoch moves on (every thread's hint is stale from now on), then a grace period lets
@@ -183,10 +185,24 @@ CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path)
         return cupool__fail(CUDA_ERROR_NOT_FOUND,
                             "cupool_pipeline_dot: no cached graph for this pipeline's structure "
                             "(launch it first)");
-    pthread_mutex_lock(&cupool__template_lock);
-    r = CUPOOL_DRV(
-        cupool__drv.cuGraphDebugDotPrint(e->graph, path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
-    pthread_mutex_unlock(&cupool__template_lock);
+    if (e->ncond) {
+        /* no template: a graph built for the print (never instantiated), then destroyed */
+        CUgraph g = NULL;
+        CUgraphNode *nodes = NULL;
+        CUgraphConditionalHandle *handles = NULL;
+        r = cupool__argv_room(p) ? cupool__exec_graph_new(e, p, &g, &nodes, &handles)
+                                 : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS) {
+            r = CUPOOL_DRV(
+                cupool__drv.cuGraphDebugDotPrint(g, path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+            cupool__exec_graph_free(e, g, nodes, handles, e->n);
+        }
+    } else {
+        pthread_mutex_lock(&cupool__template_lock);
+        r = CUPOOL_DRV(
+            cupool__drv.cuGraphDebugDotPrint(e->graph, path, CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE));
+        pthread_mutex_unlock(&cupool__template_lock);
+    }
     atomic_fetch_sub(&e->busy, 1);
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuGraphDebugDotPrint(%s) failed", path);

@@ -136,6 +136,15 @@ void tu_pipeline_end(struct tu_pipeline_fixture *f)
     TU_OK(tu.cuMemFree(f->mem));
 }
 
+CUresult tu_load_cond_setter(CUfunction *f)
+{
+    CUmodule m;
+    CUresult r = tu.cuModuleLoadData(&m, tu_cond_ptx);
+    if (r == CUDA_SUCCESS)
+        r = tu.cuModuleGetFunction(f, m, "cupool_set_cond");
+    return r;
+}
+
 CUresult tu_load_cluster_kernel(CUfunction *f)
 {
     CUmodule m;

@@ -117,6 +117,9 @@ void tu_pipeline_end(struct tu_pipeline_fixture *f);
 /* The cluster_width kernel (common/kernels.h) into the current context: CUDA_SUCCESS, or the
  * driver's error where the GPU has no thread-block clusters (before sm_90). */
 CUresult tu_load_cluster_kernel(CUfunction *f);
+/* The setter of conditional nodes (cupool_set_cond, common/kernels.h) into the current
+ * context: CUDA_SUCCESS or the driver's error. */
+CUresult tu_load_cond_setter(CUfunction *f);
 /* The cluster_rank kernel (common/kernels.h), as tu_load_cluster_kernel. */
 CUresult tu_load_cluster_rank_kernel(CUfunction *f);
 /* Has the current device thread-block clusters (compute capability 9.0 or newer)? If not,

@@ -51,6 +51,11 @@ static struct {
     CUresult (*cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph,
                                              CUDA_GRAPH_INSTANTIATE_PARAMS *);
     CUresult (*cuGraphUpload)(CUgraphExec, CUstream);
+    CUresult (*cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *, CUgraph, CUcontext,
+                                               unsigned int, unsigned int);
+    CUresult (*add_node)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                         size_t, CUgraphNodeParams *);
+    CUresult (*cuGraphClone)(CUgraph *, CUgraph);
 } gr;
 
 static struct tu_kernels k;
@@ -92,6 +97,10 @@ static void setup(void)
                                  (void **)&gr.add_edges));
     RES(cuGraphInstantiateWithParams, 12000);
     RES(cuGraphUpload, 11010);
+    RES(cuGraphConditionalHandleCreate, 12030);
+    /* from 12030 the name gives the form with edge data */
+    TU_OK(cupool_driver_get_proc("cuGraphAddNode", 12030, (void **)&gr.add_node));
+    RES(cuGraphClone, 10000);
     tu_load_kernels(&k);
     TU_OK(tu.cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
     TU_OK(tu.cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
@@ -665,6 +674,156 @@ START_TEST(instantiate_with_upload)
 }
 END_TEST
 
+/* ---- conditional nodes (CUDA 12.3) ---- */
+
+static CUfunction setter_kernel(void)
+{
+    CUfunction f;
+    TU_OK(tu_load_cond_setter(&f));
+    return f;
+}
+
+/* A graph: setter(h, v) -> conditional node `type` of `size` bodies on handle h (default dflt,
+ * flags), body b: add_u32(counter slot, 1 << b). *set_node: the setter (none when setter is
+ * NULL), body[b]: body b's node. */
+static CUgraph cond_graph(CUfunction setter, CUgraphConditionalNodeType type, unsigned size,
+                          unsigned v, unsigned dflt, unsigned flags, int slot,
+                          CUgraphNode *set_node, CUgraphNode *body, CUgraphConditionalHandle *h)
+{
+    CUgraph g;
+    CUcontext ctx;
+    TU_OK(tu.cuCtxGetCurrent(&ctx));
+    TU_OK(gr.cuGraphCreate(&g, 0));
+    TU_OK(gr.cuGraphConditionalHandleCreate(h, g, ctx, dflt, flags));
+    CUgraphNode set = NULL, cond;
+    if (setter) {
+        void *args[] = {h, &v};
+        CUDA_KERNEL_NODE_PARAMS kp = kparams(setter, args);
+        TU_OK(gr.cuGraphAddKernelNode(&set, g, NULL, 0, &kp));
+    }
+    CUgraphNodeParams np;
+    memset(&np, 0, sizeof np);
+    np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    np.conditional.handle = *h;
+    np.conditional.type = type;
+    np.conditional.size = size;
+    np.conditional.ctx = ctx;
+    TU_OK(gr.add_node(&cond, g, set ? &set : NULL, NULL, set ? 1 : 0, &np));
+    ck_assert_ptr_nonnull(np.conditional.phGraph_out);
+    CUdeviceptr p = mem + 4 * (CUdeviceptr)slot;
+    for (unsigned b = 0; b < size; b++) {
+        unsigned add = 1u << b;
+        void *args[] = {&p, &add};
+        CUDA_KERNEL_NODE_PARAMS kp = kparams(k.add_u32, args);
+        TU_OK(gr.cuGraphAddKernelNode(&body[b], np.conditional.phGraph_out[b], NULL, 0, &kp));
+    }
+    if (set_node)
+        *set_node = set;
+    return g;
+}
+
+/* The setter's value in an exec, as cupool patches it. */
+static void set_value(CUgraphExec e, CUgraphNode set, CUfunction setter,
+                      CUgraphConditionalHandle *h, unsigned v)
+{
+    void *args[] = {h, &v};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(setter, args);
+    TU_OK(gr.cuGraphExecKernelNodeSetParams(e, set, &kp));
+}
+
+/* What the H200 showed (driver 580.159.04): a setter kernel calling cudaGraphSetConditional
+ * in front of a SWITCH of 4 bodies runs body[value], none past the last; a graph holding a
+ * conditional node instantiates once only and does not clone (CUDA_ERROR_NOT_SUPPORTED);
+ * body nodes are updated in the exec through the body graphs' nodes; cuGraphExecUpdate from
+ * a graph built again is accepted and runs the new graph's branch. */
+START_TEST(conditional_switch_picks_a_body_once_only_instantiation)
+{
+    CUfunction setter = setter_kernel();
+    CUgraphNode set, body[4];
+    CUgraphConditionalHandle h;
+    CUgraph g = cond_graph(setter, CU_GRAPH_COND_TYPE_SWITCH, 4, 0, 0,
+                           CU_GRAPH_COND_ASSIGN_DEFAULT, 13, &set, body, &h);
+    CUgraphExec e, again;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    TU_EQ(gr.cuGraphInstantiate(&again, g, 0), CUDA_ERROR_NOT_SUPPORTED);
+    CUgraph copy;
+    TU_EQ(gr.cuGraphClone(&copy, g), CUDA_ERROR_NOT_SUPPORTED);
+    unsigned total = 0;
+    for (unsigned v = 0; v <= 5; v++) { /* 4 and 5: past the last body, nothing runs */
+        set_value(e, set, setter, &h, v);
+        TU_OK(gr.cuGraphLaunch(e, s1));
+        total += v < 4 ? 1u << v : 0;
+        ck_assert_uint_eq(counter(13), total);
+    }
+    /* a body node's arguments, through the body graph's node */
+    CUdeviceptr p = mem + 4 * 13;
+    unsigned add = 100;
+    void *args[] = {&p, &add};
+    CUDA_KERNEL_NODE_PARAMS kp = kparams(k.add_u32, args);
+    TU_OK(gr.cuGraphExecKernelNodeSetParams(e, body[2], &kp));
+    set_value(e, set, setter, &h, 2);
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(13), total + 100);
+    total += 100;
+    /* a graph built again (a handle of its own, value 1) updates the exec */
+    CUgraphNode set2, body2[4];
+    CUgraphConditionalHandle h2;
+    CUgraph g2 = cond_graph(setter, CU_GRAPH_COND_TYPE_SWITCH, 4, 1, 0,
+                            CU_GRAPH_COND_ASSIGN_DEFAULT, 13, &set2, body2, &h2);
+    CUgraphExecUpdateResultInfo info;
+    memset(&info, 0, sizeof info);
+    TU_OK(gr.cuGraphExecUpdate(e, g2, &info));
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(13), total + 2);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+    TU_OK(gr.cuGraphDestroy(g2));
+}
+END_TEST
+
+/* IF: body 0 for a nonzero value, body 1 (of two) for zero, nothing for zero with one body;
+ * CU_GRAPH_COND_ASSIGN_DEFAULT without a setter: the default value at every launch. */
+START_TEST(conditional_if_and_default_value)
+{
+    CUfunction setter = setter_kernel();
+    CUgraphNode set, body[2];
+    CUgraphConditionalHandle h;
+    CUgraph g = cond_graph(setter, CU_GRAPH_COND_TYPE_IF, 2, 7, 0, CU_GRAPH_COND_ASSIGN_DEFAULT,
+                           14, &set, body, &h);
+    CUgraphExec e;
+    TU_OK(gr.cuGraphInstantiate(&e, g, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(14), 1); /* nonzero: body 0 */
+    set_value(e, set, setter, &h, 0);
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(14), 3); /* zero: body 1 */
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(g));
+
+    CUgraph one = cond_graph(setter, CU_GRAPH_COND_TYPE_IF, 1, 0, 0, CU_GRAPH_COND_ASSIGN_DEFAULT,
+                             14, &set, body, &h);
+    TU_OK(gr.cuGraphInstantiate(&e, one, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(14), 3); /* zero, one body: nothing */
+    set_value(e, set, setter, &h, 1);
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(14), 4);
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(one));
+
+    CUgraphNode sw[4];
+    CUgraph dflt = cond_graph(NULL, CU_GRAPH_COND_TYPE_SWITCH, 4, 0, 3,
+                              CU_GRAPH_COND_ASSIGN_DEFAULT, 15, NULL, sw, &h);
+    TU_OK(gr.cuGraphInstantiate(&e, dflt, 0));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    TU_OK(gr.cuGraphLaunch(e, s1));
+    ck_assert_uint_eq(counter(15), 16); /* body 3 (adds 8), twice */
+    TU_OK(gr.cuGraphExecDestroy(e));
+    TU_OK(gr.cuGraphDestroy(dflt));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("graph");
@@ -685,6 +844,8 @@ int main(void)
     tcase_add_test(tc, exec_update_refuses_cooperative_and_node_priority_changes);
     tcase_add_test(tc, programmatic_edge_between_kernels);
     tcase_add_test(tc, instantiate_with_upload);
+    tcase_add_test(tc, conditional_switch_picks_a_body_once_only_instantiation);
+    tcase_add_test(tc, conditional_if_and_default_value);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }

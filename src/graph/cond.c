@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Conditional nodes of pipelines: the setter kernel each context loads once, and what the
+ * driver must offer (docs/design.md, "Conditional nodes").
+ *
+ * A conditional node whose branch the host chooses per launch is, in the graph, a one-thread
+ * kernel (cupool_set_cond, below) that calls cudaGraphSetConditional(handle, value), followed
+ * by the conditional node. The setter ships as PTX text (the library has no compiler): on an
+ * H200 (driver 580.159.04) PTX declaring cudaGraphSetConditional as an .extern .func loaded
+ * with no device runtime linked, the driver resolving the call.
+ *
+ * Modules belong to a context. Each (context, context id) gets its module on the first miss
+ * of a conditional pipeline there, kept in a list under setter_lock: a record counts the
+ * cache entries using its function (users: from cupool__setter_get to cupool__setter_put,
+ * which the entry's release makes). cupool_trim() and cupool_context_release() (the graph
+ * layer's trim) unload the module of a context that still answers once no entry uses it and
+ * no buried exec of that context waits in the graveyard; a record whose context is gone
+ * (destroyed, reset: another id) is forgotten without a driver call, the driver having
+ * freed the module with its context. At unload every record goes, the same way.
+ */
+#include "base/internal.h"
+#include "base/alloc.h"
+#include "base/driver.h"
+#include "base/error.h"
+#include "pool/pool.h"
+#include "graph/graph.h"
+#include "graph/graph_impl.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* The setter: one thread calls cudaGraphSetConditional(handle, value). */
+static const char setter_ptx[] =
+    ".version 7.0\n"
+    ".target sm_52\n"
+    ".address_size 64\n"
+    ".extern .func cudaGraphSetConditional\n"
+    "(\n"
+    "  .param .b64 cudaGraphSetConditional_param_0,\n"
+    "  .param .b32 cudaGraphSetConditional_param_1\n"
+    ")\n"
+    ";\n"
+    ".visible .entry cupool_set_cond(\n"
+    "  .param .u64 cupool_set_cond_param_0,\n"
+    "  .param .u32 cupool_set_cond_param_1\n"
+    ")\n"
+    "{\n"
+    "  .reg .b32 %r<2>;\n"
+    "  .reg .b64 %rd<2>;\n"
+    "  ld.param.u64 %rd1, [cupool_set_cond_param_0];\n"
+    "  ld.param.u32 %r1, [cupool_set_cond_param_1];\n"
+    "  {\n"
+    "  .param .b64 param0;\n"
+    "  st.param.b64 [param0+0], %rd1;\n"
+    "  .param .b32 param1;\n"
+    "  st.param.b32 [param1+0], %r1;\n"
+    "  call.uni cudaGraphSetConditional, (param0, param1);\n"
+    "  }\n"
+    "  ret;\n"
+    "}\n";
+
+struct cupool__setter {
+    CUcontext ctx;
+    unsigned long long ctx_id;
+    CUmodule module;
+    CUfunction fn;
+    uint32_t users; /* cache entries using fn */
+    struct cupool__setter *next;
+};
+
+/* (Nests inside cupool__cache_lock; no driver call is made under it but the module's load.) */
+static pthread_mutex_t setter_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cupool__setter *setters;
+
+/* Does the driver have what conditional nodes need? CUDA_ERROR_NOT_SUPPORTED naming the
+ * first entry point missing (who: the call, for the message). */
+CUresult cupool__cond_supported(const char *who)
+{
+    const char *missing = !cupool__drv.cuGraphConditionalHandleCreate ? "cuGraphConditionalHandleCreate"
+                          : !cupool__drv.cuGraphAddNode               ? "cuGraphAddNode (CUDA 12.3)"
+                          : !cupool__drv.cuModuleLoadData             ? "cuModuleLoadData"
+                          : !cupool__drv.cuModuleGetFunction          ? "cuModuleGetFunction"
+                          : !cupool__drv.cuModuleUnload               ? "cuModuleUnload"
+                                                                      : NULL;
+    if (missing)
+        return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
+                            "%s: the driver lacks %s, which conditional nodes need", who, missing);
+    return CUDA_SUCCESS;
+}
+
+/* The body a conditional node's value picks (-1: none): SWITCH, body[value] (none past the
+ * last); IF, body 0 for a nonzero value, body 1 (when it has two) for zero. */
+int cupool__cond_pick(const struct pnode *n)
+{
+    uint32_t v = n->u.cond.value, nb = n->u.cond.nbodies;
+    if (n->u.cond.kind == PC_SWITCH)
+        return v < nb ? (int)v : -1;
+    return v ? 0 : nb == 2 ? 1 : -1;
+}
+
+/* The setter of context ctx (current on this thread; its id ctx_id), its module loaded on the
+ * first call there; *out is held for a cache entry until cupool__setter_put. */
+CUresult cupool__setter_get(CUcontext ctx, unsigned long long ctx_id, struct cupool__setter **out)
+{
+    CUresult r = cupool__cond_supported("a pipeline with a conditional node");
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&setter_lock);
+    struct cupool__setter *s = setters;
+    while (s && !(s->ctx == ctx && s->ctx_id == ctx_id))
+        s = s->next;
+    if (!s) {
+        s = cupool__alloc(sizeof(*s));
+        if (!s) {
+            pthread_mutex_unlock(&setter_lock);
+            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a setter kernel record");
+        }
+        memset(s, 0, sizeof(*s));
+        s->ctx = ctx;
+        s->ctx_id = ctx_id;
+        r = CUPOOL_DRV(cupool__drv.cuModuleLoadData(&s->module, setter_ptx));
+        if (r == CUDA_SUCCESS) {
+            r = CUPOOL_DRV(cupool__drv.cuModuleGetFunction(&s->fn, s->module, "cupool_set_cond"));
+            if (r != CUDA_SUCCESS)
+                CUPOOL_DRV(cupool__drv.cuModuleUnload(s->module));
+        }
+        if (r != CUDA_SUCCESS) {
+            pthread_mutex_unlock(&setter_lock);
+            cupool__free(s, sizeof(*s));
+            return cupool__fail(r, "loading the setter kernel of conditional nodes (PTX calling "
+                                   "cudaGraphSetConditional) failed");
+        }
+        s->next = setters;
+        setters = s;
+    }
+    s->users++;
+    pthread_mutex_unlock(&setter_lock);
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+void cupool__setter_put(struct cupool__setter *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&setter_lock);
+    s->users--;
+    pthread_mutex_unlock(&setter_lock);
+}
+
+CUfunction cupool__setter_fn(const struct cupool__setter *s)
+{
+    return s->fn;
+}
+
+/* Lets go of the modules no cache entry uses (trim, context release; closing: the library's
+ * exit or unload, after the cache's close): a context that still answers with the record's
+ * id has its module unloaded once nothing of it waits in the graveyard; a gone one is
+ * forgotten without a call. A record whose context cannot be told now stays. */
+void cupool__setters_trim(bool closing)
+{
+    (void)closing;
+    struct cupool__setter *drop = NULL;
+    pthread_mutex_lock(&cupool__cache_lock);
+    pthread_mutex_lock(&setter_lock);
+    struct cupool__setter **link = &setters;
+    while (*link) {
+        struct cupool__setter *s = *link;
+        if (s->users || cupool__graves_of(s->ctx_id)) {
+            link = &s->next;
+            continue;
+        }
+        *link = s->next;
+        s->next = drop;
+        drop = s;
+    }
+    pthread_mutex_unlock(&setter_lock);
+    pthread_mutex_unlock(&cupool__cache_lock);
+    /* outside the locks: no user can come back to these (a new miss loads its own) */
+    while (drop) {
+        struct cupool__setter *s = drop;
+        drop = s->next;
+        CUresult err = CUDA_SUCCESS;
+        int st = cupool__ctx_verdict(s->ctx, s->ctx_id, &err);
+        if (st == 1) {
+            CUresult r = CUPOOL_DRV(cupool__drv.cuModuleUnload(s->module));
+            if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
+                cupool__log(CUPOOL_LOG_DEBUG, "unloading the setter kernel's module failed (%s)",
+                            cupool_result_name(r));
+        } else if (st < 0 && err != CUDA_ERROR_DEINITIALIZED) {
+            pthread_mutex_lock(&setter_lock); /* cannot be told now: kept for later */
+            s->next = setters;
+            setters = s;
+            pthread_mutex_unlock(&setter_lock);
+            continue;
+        }
+        cupool__free(s, sizeof(*s));
+    }
+}
