@@ -34,6 +34,10 @@
  * The share of launches claimed without the cache lock is printed beside each.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
+ * Then 4 variants of a one-kernel pipeline as one pipeline with a SWITCH node (its branch
+ * chosen per launch) against the 4 variants as pipelines of their own and a warm hit of one,
+ * beside the same SWITCH graph by hand (the driver's own cost of a conditional graph), every
+ * SWITCH launch checked value by value, and the cache bytes of each way (switch_bench).
  * Then the first launch of a new exec of 10 kernels (each way in turn, a fresh exec per
  * sample): by hand, instantiated with cuGraphInstantiateWithFlags (the first cuGraphLaunch
  * uploads it) and with cuGraphInstantiateWithParams uploading on the launch stream
@@ -80,6 +84,11 @@ static struct {
     CUresult (*cuGraphDestroy)(CUgraph);
     CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuStreamDestroy)(CUstream);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *, CUgraph, CUcontext,
+                                               unsigned int, unsigned int);
+    CUresult (*cuGraphAddNode)(CUgraphNode *, CUgraph, const CUgraphNode *,
+                               const CUgraphEdgeData *, size_t, CUgraphNodeParams *);
 } g;
 
 static CUfunction add_u32, set_u32, spin;
@@ -1013,6 +1022,243 @@ static void json_alt(FILE *f, const char *name, const char *what, const struct a
     fprintf(f, "]");
 }
 
+/* ---- a SWITCH over 4 variants against 4 cached pipelines ---- */
+
+#define SW_BODIES 4
+
+/* Host ns per launch (medians) and end to end (launch + cuStreamSynchronize):
+ *   sw       one pipeline with a SWITCH node of 4 one-kernel bodies (add_u32 of 1, 2, 4 and 8
+ *            to the counter), described per request with the next branch, then launched:
+ *            the launch call alone (sw) and description + launch (sw_desc);
+ *   four     4 one-kernel pipelines, one per variant, described once, launched in turn;
+ *   warm     one one-kernel pipeline relaunched unchanged (a warm hit: the target's base);
+ *   hand_sw  the same SWITCH graph by hand: the setter kernel's node patched
+ *            (cuGraphExecKernelNodeSetParams) and cuGraphLaunch, the driver's own floor;
+ *   hand_one a one-kernel exec relaunched by hand (cuGraphLaunch).
+ * Every launch of the SWITCH ways is checked: the counter grows by the chosen body's value. */
+struct switch_result {
+    int ok, samples, wrong;
+    double sw, sw_desc, four, warm, hand_sw, hand_one;
+    double sw_e2e, four_e2e, warm_e2e, hand_sw_e2e;
+    unsigned long long sw_bytes, four_bytes, sw_inst;
+};
+
+static unsigned sw_value[SW_BODIES] = {1, 2, 4, 8};
+static void *sw_args[SW_BODIES][2] = {{&counter, &sw_value[0]},
+                                      {&counter, &sw_value[1]},
+                                      {&counter, &sw_value[2]},
+                                      {&counter, &sw_value[3]}};
+
+static unsigned counter_now(void)
+{
+    unsigned v = 0;
+    check("cuMemcpyDtoH", g.cuMemcpyDtoH(&v, counter, 4));
+    return v;
+}
+
+static void sw_describe(cupool_pipeline_t p, unsigned branch)
+{
+    cupool_node_t sw;
+    check("reset", cupool_pipeline_reset(p));
+    check("switch", cupool_pipeline_switch(p, SW_BODIES, branch, &sw));
+    for (unsigned b = 0; b < SW_BODIES; b++) {
+        check("body", cupool_pipeline_body(p, sw, b));
+        check("kernel", cupool_pipeline_kernel(p, add_u32, 1, 1, 1, 1, 1, 1, 0, sw_args[b], NULL));
+        check("body_end", cupool_pipeline_body_end(p));
+    }
+}
+
+static CUDA_KERNEL_NODE_PARAMS one_kernel(CUfunction f, void **args)
+{
+    CUDA_KERNEL_NODE_PARAMS kp;
+    memset(&kp, 0, sizeof kp);
+    kp.func = f;
+    kp.gridDimX = kp.gridDimY = kp.gridDimZ = kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
+    kp.kernelParams = args;
+    return kp;
+}
+
+static void switch_bench(int samples, struct switch_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->samples = samples;
+    CUfunction setter;
+    CUmodule cmod;
+    if (!g.cuGraphConditionalHandleCreate || !g.cuGraphAddNode ||
+        g.cuModuleLoadData(&cmod, tu_cond_ptx) != CUDA_SUCCESS ||
+        g.cuModuleGetFunction(&setter, cmod, "cupool_set_cond") != CUDA_SUCCESS)
+        return; /* no conditional nodes on this driver */
+    CUstream s;
+    check("stream", g.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    /* the SWITCH graph by hand */
+    CUgraph hg;
+    CUgraphConditionalHandle h;
+    unsigned hb = 0;
+    void *hargs[2] = {&h, &hb};
+    check("cuGraphCreate", g.cuGraphCreate(&hg, 0));
+    check("cuGraphConditionalHandleCreate",
+          g.cuGraphConditionalHandleCreate(&h, hg, bench_ctx, 0, CU_GRAPH_COND_ASSIGN_DEFAULT));
+    CUDA_KERNEL_NODE_PARAMS skp = one_kernel(setter, hargs);
+    CUgraphNode sn, cn, bn;
+    check("setter node", g.cuGraphAddKernelNode(&sn, hg, NULL, 0, &skp));
+    CUgraphNodeParams cp;
+    memset(&cp, 0, sizeof cp);
+    cp.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    cp.conditional.handle = h;
+    cp.conditional.type = CU_GRAPH_COND_TYPE_SWITCH;
+    cp.conditional.size = SW_BODIES;
+    cp.conditional.ctx = bench_ctx;
+    check("conditional node", g.cuGraphAddNode(&cn, hg, &sn, NULL, 1, &cp));
+    for (int b = 0; b < SW_BODIES; b++) {
+        CUDA_KERNEL_NODE_PARAMS bkp = one_kernel(add_u32, sw_args[b]);
+        check("body node", g.cuGraphAddKernelNode(&bn, cp.conditional.phGraph_out[b], NULL, 0,
+                                                  &bkp));
+    }
+    CUgraphExec hx, onex;
+    check("instantiate", g.cuGraphInstantiateWithFlags(&hx, hg, 0));
+    CUgraph og;
+    CUgraphNode on;
+    CUDA_KERNEL_NODE_PARAMS okp = one_kernel(add_u32, one_args);
+    check("cuGraphCreate", g.cuGraphCreate(&og, 0));
+    check("node", g.cuGraphAddKernelNode(&on, og, NULL, 0, &okp));
+    check("instantiate", g.cuGraphInstantiateWithFlags(&onex, og, 0));
+    /* cupool's: the SWITCH pipeline, the four variants, the warm one, each measured alone
+     * from an emptied cache for its bytes */
+    cupool_pipeline_t sp, fp[SW_BODIES], wp;
+    check("create", cupool_pipeline_create(&sp));
+    check("create", cupool_pipeline_create(&wp));
+    check("kernel", cupool_pipeline_kernel(wp, add_u32, 1, 1, 1, 1, 1, 1, 0, one_args, NULL));
+    for (int b = 0; b < SW_BODIES; b++) {
+        check("create", cupool_pipeline_create(&fp[b]));
+        check("kernel", cupool_pipeline_kernel(fp[b], add_u32, 1, 1, 1, 1, 1, 1, 0, sw_args[b],
+                                               NULL));
+    }
+    cupool_graph_stats_t st0 = CUPOOL_GRAPH_STATS_INIT, st1 = CUPOOL_GRAPH_STATS_INIT;
+    check("trim", cupool_trim());
+    cupool_graph_stats_get(&st0);
+    for (unsigned b = 0; b < SW_BODIES; b++) {
+        sw_describe(sp, b);
+        check("launch", cupool_pipeline_launch(sp, s));
+    }
+    check("sync", g.cuStreamSynchronize(s));
+    cupool_graph_stats_get(&st1);
+    r->sw_bytes = (unsigned long long)st1.bytes;
+    r->sw_inst = (unsigned long long)(st1.instantiations - st0.instantiations);
+    check("trim", cupool_trim());
+    for (int b = 0; b < SW_BODIES; b++)
+        check("launch", cupool_pipeline_launch(fp[b], s));
+    check("sync", g.cuStreamSynchronize(s));
+    cupool_graph_stats_get(&st1);
+    r->four_bytes = (unsigned long long)st1.bytes;
+    check("launch", cupool_pipeline_launch(wp, s));
+    sw_describe(sp, 0);
+    check("launch", cupool_pipeline_launch(sp, s));
+    check("sync", g.cuStreamSynchronize(s));
+    double *v = calloc(10 * (size_t)samples, sizeof *v);
+    if (!v)
+        exit(1);
+    double *a[10];
+    for (int k = 0; k < 10; k++)
+        a[k] = v + (size_t)k * samples;
+    for (int i = 0; i < samples; i++) {
+        unsigned b = (unsigned)i % SW_BODIES, before = counter_now();
+        double t0 = now_ns();
+        sw_describe(sp, b);
+        double t1 = now_ns();
+        check("launch", cupool_pipeline_launch(sp, s));
+        double t2 = now_ns();
+        check("sync", g.cuStreamSynchronize(s));
+        double t3 = now_ns();
+        a[0][i] = t2 - t1, a[1][i] = t2 - t0, a[2][i] = t3 - t1;
+        if (counter_now() - before != sw_value[b])
+            r->wrong++;
+        t0 = now_ns();
+        check("launch", cupool_pipeline_launch(fp[b], s));
+        t1 = now_ns();
+        check("sync", g.cuStreamSynchronize(s));
+        a[3][i] = t1 - t0, a[4][i] = now_ns() - t0;
+        t0 = now_ns();
+        check("launch", cupool_pipeline_launch(wp, s));
+        t1 = now_ns();
+        check("sync", g.cuStreamSynchronize(s));
+        a[5][i] = t1 - t0, a[6][i] = now_ns() - t0;
+        before = counter_now();
+        hb = b;
+        t0 = now_ns();
+        check("setter", g.cuGraphExecKernelNodeSetParams(hx, sn, &skp));
+        check("cuGraphLaunch", g.cuGraphLaunch(hx, s));
+        t1 = now_ns();
+        check("sync", g.cuStreamSynchronize(s));
+        a[7][i] = t1 - t0, a[8][i] = now_ns() - t0;
+        if (counter_now() - before != sw_value[b])
+            r->wrong++;
+        t0 = now_ns();
+        check("cuGraphLaunch", g.cuGraphLaunch(onex, s));
+        a[9][i] = now_ns() - t0;
+        check("sync", g.cuStreamSynchronize(s));
+    }
+    r->sw = median(a[0], samples), r->sw_desc = median(a[1], samples);
+    r->sw_e2e = median(a[2], samples), r->four = median(a[3], samples);
+    r->four_e2e = median(a[4], samples), r->warm = median(a[5], samples);
+    r->warm_e2e = median(a[6], samples), r->hand_sw = median(a[7], samples);
+    r->hand_sw_e2e = median(a[8], samples), r->hand_one = median(a[9], samples);
+    r->ok = 1;
+    free(v);
+    check("destroy", cupool_pipeline_destroy(sp));
+    check("destroy", cupool_pipeline_destroy(wp));
+    for (int b = 0; b < SW_BODIES; b++)
+        check("destroy", cupool_pipeline_destroy(fp[b]));
+    check("cuGraphExecDestroy", g.cuGraphExecDestroy(hx));
+    check("cuGraphExecDestroy", g.cuGraphExecDestroy(onex));
+    check("cuGraphDestroy", g.cuGraphDestroy(hg));
+    check("cuGraphDestroy", g.cuGraphDestroy(og));
+    check("cuStreamDestroy", g.cuStreamDestroy(s));
+}
+
+static void print_switch(const struct switch_result *r, const char *label)
+{
+    if (!r->ok) {
+        printf("\ngraphs: conditional nodes: not measured (the driver has none)%s\n", label);
+        return;
+    }
+    printf("\ngraphs: 4 variants as one SWITCH pipeline against 4 cached pipelines, us per launch "
+           "(medians of %d, in turns)%s\n", r->samples, label);
+    printf("%-58s %10s %12s\n", "", "host", "launch+sync");
+    printf("%-58s %10.2f %12.2f\n", "cupool SWITCH, launch (branch changed each time)",
+           r->sw / 1e3, r->sw_e2e / 1e3);
+    printf("%-58s %10.2f %12s\n", "cupool SWITCH, describe + launch", r->sw_desc / 1e3, "-");
+    printf("%-58s %10.2f %12.2f\n", "cupool, 4 cached pipelines in turn", r->four / 1e3,
+           r->four_e2e / 1e3);
+    printf("%-58s %10.2f %12.2f\n", "cupool, a warm hit of one one-kernel pipeline",
+           r->warm / 1e3, r->warm_e2e / 1e3);
+    printf("%-58s %10.2f %12.2f\n", "floor: the SWITCH exec by hand (setter patched + launch)",
+           r->hand_sw / 1e3, r->hand_sw_e2e / 1e3);
+    printf("%-58s %10.2f %12s\n", "floor: a one-kernel exec by hand (cuGraphLaunch)",
+           r->hand_one / 1e3, "-");
+    printf("SWITCH / its floor by hand %.3fx; SWITCH / a warm hit %.3fx (the driver's own: %.3fx); "
+           "cache bytes: SWITCH %llu (%llu instantiation%s for 4 branches), 4 pipelines %llu; "
+           "%d of %d checked launches wrong%s\n",
+           r->sw / r->hand_sw, r->sw / r->warm, r->hand_sw / r->hand_one, r->sw_bytes,
+           r->sw_inst, r->sw_inst == 1 ? "" : "s", r->four_bytes, r->wrong, 2 * r->samples,
+           label);
+}
+
+static void json_switch(FILE *f, const struct switch_result *r)
+{
+    if (!r->ok)
+        return;
+    fprintf(f, ",\"switch\":{\"samples\":%d,\"wrong\":%d,\"switch_host_us\":%.4f,"
+               "\"switch_describe_host_us\":%.4f,\"switch_end_to_end_us\":%.4f,"
+               "\"four_pipelines_host_us\":%.4f,\"four_pipelines_end_to_end_us\":%.4f,"
+               "\"warm_hit_host_us\":%.4f,\"warm_hit_end_to_end_us\":%.4f,"
+               "\"hand_switch_host_us\":%.4f,\"hand_switch_end_to_end_us\":%.4f,"
+               "\"hand_one_kernel_host_us\":%.4f,\"switch_bytes\":%llu,"
+               "\"four_pipelines_bytes\":%llu,\"switch_instantiations\":%llu}",
+            r->samples, r->wrong, r->sw / 1e3, r->sw_desc / 1e3, r->sw_e2e / 1e3, r->four / 1e3,
+            r->four_e2e / 1e3, r->warm / 1e3, r->warm_e2e / 1e3, r->hand_sw / 1e3,
+            r->hand_sw_e2e / 1e3, r->hand_one / 1e3, r->sw_bytes, r->four_bytes, r->sw_inst);
+}
+
 static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label, FILE *json)
 {
     print_timeline = timeline;
@@ -1032,6 +1278,12 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     GET(cuGraphDestroy, 10000);
     GET(cuCtxSetCurrent, 4000);
     GET(cuStreamDestroy, 4000);
+    GET(cuMemcpyDtoH, 3020);
+    if (cupool_driver_get_proc("cuGraphConditionalHandleCreate", 12030,
+                               (void **)&g.cuGraphConditionalHandleCreate) != CUDA_SUCCESS ||
+        cupool_driver_get_proc("cuGraphAddNode", 12030, (void **)&g.cuGraphAddNode) !=
+            CUDA_SUCCESS)
+        g.cuGraphConditionalHandleCreate = NULL; /* no conditional figures */
     if (cupool_driver_get_proc("cuGraphInstantiateWithParams", 12000,
                                (void **)&g.cuGraphInstantiateWithParams) != CUDA_SUCCESS)
         g.cuGraphInstantiateWithParams = NULL; /* that way is then n/a */
@@ -1081,6 +1333,8 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     struct first_result first;
     first_launch(first_samples, 0, &first);
     first.other_ok = first_launch_other(iters, &first);
+    struct switch_result swr;
+    switch_bench(first_samples * 25, &swr);
     cupool_graph_stats_t st = CUPOOL_GRAPH_STATS_INIT;
     cupool_graph_stats_get(&st);
 
@@ -1113,6 +1367,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
                       "\"hand_8_late\":%.0f}",
                 one, eight, hand1, hand8, shared8, late8);
         json_first(json, &first);
+        json_switch(json, &swr);
         fprintf(json, ",");
         fprintf(json, "\"cache\":{\"launches\":%llu,\"hits\":%llu,\"misses\":%llu,"
                       "\"instantiations\":%llu,\"nodes_updated\":%llu,\"nodes_compared\":%llu,"
@@ -1213,6 +1468,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
            (unsigned long long)(s1.instantiations - s0.instantiations),
            (unsigned long long)(s1.nodes_updated - s0.nodes_updated), label);
     print_first(&first, label);
+    print_switch(&swr, label);
     printf("graph cache: %llu launches, %llu hits, %llu misses, %llu instantiations, %llu "
            "nodes updated, %llu nodes compared, %llu evictions, %llu entries, %llu execs, "
            "%llu bytes; %llu claims lock-free, %llu locked\n",
