@@ -12,11 +12,11 @@
  * Modules belong to a context. Each (context, context id) gets its module on the first miss
  * of a conditional pipeline there, kept in a list under setter_lock: a record counts the
  * cache entries using its function (users: from cupool__setter_get to cupool__setter_put,
- * which the entry's release makes). cupool_trim() and cupool_context_release() (the graph
- * layer's trim) unload the module of a context that still answers once no entry uses it and
- * no buried exec of that context waits in the graveyard; a record whose context is gone
- * (destroyed, reset: another id) is forgotten without a driver call, the driver having
- * freed the module with its context. At unload every record goes, the same way.
+ * which the entry's release makes). The module is never unloaded: it stays for its
+ * context's life (cupool__setters_trim says why). cupool_trim() and cupool_context_release()
+ * (the graph layer's trim) forget the record of a context that is gone (destroyed, reset:
+ * another id) without a driver call, the driver having freed the module with its context.
+ * At exit and unload every record goes, the same way.
  */
 #include "base/internal.h"
 #include "base/alloc.h"
@@ -153,42 +153,37 @@ CUfunction cupool__setter_fn(const struct cupool__setter *s)
     return s->fn;
 }
 
-/* Lets go of the modules no cache entry uses (trim, context release; closing: the library's
- * exit or unload, after the cache's close): a context that still answers with the record's
- * id has its module unloaded once nothing of it waits in the graveyard; a gone one is
- * forgotten without a call. A record whose context cannot be told now stays. */
+/* Forgets the records of contexts that are gone (trim, context release), without a call: the
+ * driver freed their modules with them. A live context's module stays loaded for the
+ * context's life, even with no cache entry using it: a launch of it may still be queued (a
+ * trim destroys execs whose launches have not finished, which the driver frees once they
+ * do), and nothing tells cupool when the last one ends, so an unload could pull the setter
+ * from under a queued launch. One small module per context that ran a conditional pipeline
+ * is the whole cost. closing (the library's exit or unload, after the cache's close): every
+ * record is forgotten, without a call. A record whose context cannot be told now stays. */
 void cupool__setters_trim(bool closing)
 {
-    (void)closing;
-    struct cupool__setter *drop = NULL;
-    pthread_mutex_lock(&cupool__cache_lock);
+    struct cupool__setter *idle = NULL;
     pthread_mutex_lock(&setter_lock);
     struct cupool__setter **link = &setters;
     while (*link) {
         struct cupool__setter *s = *link;
-        if (s->users || cupool__graves_of(s->ctx_id)) {
+        if (s->users && !closing) {
             link = &s->next;
             continue;
         }
         *link = s->next;
-        s->next = drop;
-        drop = s;
+        s->next = idle;
+        idle = s;
     }
     pthread_mutex_unlock(&setter_lock);
-    pthread_mutex_unlock(&cupool__cache_lock);
-    /* outside the locks: no user can come back to these (a new miss loads its own) */
-    while (drop) {
-        struct cupool__setter *s = drop;
-        drop = s->next;
+    /* outside the lock: the context check is a driver call */
+    while (idle) {
+        struct cupool__setter *s = idle;
+        idle = s->next;
         CUresult err = CUDA_SUCCESS;
-        int st = cupool__ctx_verdict(s->ctx, s->ctx_id, &err);
-        if (st == 1) {
-            CUresult r = CUPOOL_DRV(cupool__drv.cuModuleUnload(s->module));
-            if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED)
-                cupool__log(CUPOOL_LOG_DEBUG, "unloading the setter kernel's module failed (%s)",
-                            cupool_result_name(r));
-        } else if (st < 0 && err != CUDA_ERROR_DEINITIALIZED) {
-            pthread_mutex_lock(&setter_lock); /* cannot be told now: kept for later */
+        if (!closing && cupool__ctx_verdict(s->ctx, s->ctx_id, &err) != 0) {
+            pthread_mutex_lock(&setter_lock); /* alive, or cannot be told: kept */
             s->next = setters;
             setters = s;
             pthread_mutex_unlock(&setter_lock);

@@ -500,8 +500,6 @@ CUresult cupool__exec_graph_new(struct gentry *e, struct cupool_pipeline *p, CUg
                                 CUgraphNode **nodes, CUgraphConditionalHandle **handles);
 void cupool__exec_graph_free(struct gentry *e, CUgraph graph, CUgraphNode *nodes,
                              CUgraphConditionalHandle *handles, uint32_t n);
-/* graveyard.c */
-bool cupool__graves_of(unsigned long long ctx_id);
 
 /* graph/gate.c */
 

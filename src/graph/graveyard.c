@@ -79,16 +79,6 @@ static bool grave_destroy(struct grave *g)
     return true;
 }
 
-/* Does a grave of the context with this id wait (an exec that may still use a module of it)?
- * Cache lock held. */
-bool cupool__graves_of(unsigned long long ctx_id)
-{
-    for (int i = 0; i < ngraves; i++)
-        if (graves[i].ctx_id == ctx_id)
-            return true;
-    return false;
-}
-
 /* The last resort: a destroy failed and there is no memory to keep the object for a retry. */
 static void grave_lost(const char *what)
 {

@@ -432,8 +432,10 @@ START_TEST(two_streams_get_an_exec_and_a_graph_each)
 }
 END_TEST
 
-/* cupool_trim() while nothing runs: the entry, its exec and graph, and the setter's module
- * go; the next launch builds them again. */
+/* cupool_trim() while nothing runs: the entry, its exec and graph go, and the next launch
+ * builds them again; the setter's module stays loaded for its context's life (a trim cannot
+ * know that no launch of it is still queued: it destroys execs whose launches have not
+ * finished), so the next launch loads nothing. */
 START_TEST(trim_while_idle_lets_everything_go)
 {
     int graphs = tu_fake.present ? tu_fake.live_graphs() : 0;
@@ -449,13 +451,13 @@ START_TEST(trim_while_idle_lets_everything_go)
     if (tu_fake.present) {
         ck_assert_int_eq(tu_fake.live_graphs(), graphs);
         ck_assert_int_eq(tu_fake.live_execs(), 0);
-        ck_assert_uint_eq(tu_fake.calls("cuModuleUnload"), 1);
+        ck_assert_uint_eq(tu_fake.calls("cuModuleUnload"), 0);
     }
     describe_switch(p, 3, 3, 0, 4);
     TU_OK(cupool_pipeline_launch(p, s1));
     ck_assert_uint_eq(counter(3), 1010);
     if (tu_fake.present)
-        ck_assert_uint_eq(tu_fake.calls("cuModuleLoadData"), 3);
+        ck_assert_uint_eq(tu_fake.calls("cuModuleLoadData"), 2);
     TU_OK(cupool_pipeline_destroy(p));
 }
 END_TEST
