@@ -98,43 +98,65 @@ int cupool__cond_pick(const struct pnode *n)
     return v ? 0 : nb == 2 ? 1 : -1;
 }
 
+/* The record of (ctx, ctx_id) in the list, or NULL. setter_lock held. */
+static struct cupool__setter *setter_find(CUcontext ctx, unsigned long long ctx_id)
+{
+    struct cupool__setter *s = setters;
+    while (s && !(s->ctx == ctx && s->ctx_id == ctx_id))
+        s = s->next;
+    return s;
+}
+
 /* The setter of context ctx (current on this thread; its id ctx_id), its module loaded on the
- * first call there; *out is held for a cache entry until cupool__setter_put. */
+ * first call there; *out is held for a cache entry until cupool__setter_put. The module is
+ * loaded (a PTX JIT: milliseconds) outside setter_lock, which an entry's release takes under
+ * the cache lock: two threads may load one at once for a context, and the one that finds the
+ * other's record listed first unloads its own, which nothing has used. */
 CUresult cupool__setter_get(CUcontext ctx, unsigned long long ctx_id, struct cupool__setter **out)
 {
     CUresult r = cupool__cond_supported("a pipeline with a conditional node");
     if (r != CUDA_SUCCESS)
         return r;
     pthread_mutex_lock(&setter_lock);
-    struct cupool__setter *s = setters;
-    while (s && !(s->ctx == ctx && s->ctx_id == ctx_id))
-        s = s->next;
+    struct cupool__setter *s = setter_find(ctx, ctx_id);
+    if (s) {
+        s->users++;
+        pthread_mutex_unlock(&setter_lock);
+        *out = s;
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&setter_lock);
+    struct cupool__setter *mine = cupool__alloc(sizeof(*mine));
+    if (!mine)
+        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a setter kernel record");
+    memset(mine, 0, sizeof(*mine));
+    mine->ctx = ctx;
+    mine->ctx_id = ctx_id;
+    r = CUPOOL_DRV(cupool__drv.cuModuleLoadData(&mine->module, setter_ptx));
+    if (r == CUDA_SUCCESS) {
+        r = CUPOOL_DRV(cupool__drv.cuModuleGetFunction(&mine->fn, mine->module,
+                                                       "cupool_set_cond"));
+        if (r != CUDA_SUCCESS)
+            CUPOOL_DRV(cupool__drv.cuModuleUnload(mine->module));
+    }
+    if (r != CUDA_SUCCESS) {
+        cupool__free(mine, sizeof(*mine));
+        return cupool__fail(r, "loading the setter kernel of conditional nodes (PTX calling "
+                               "cudaGraphSetConditional) failed");
+    }
+    pthread_mutex_lock(&setter_lock);
+    s = setter_find(ctx, ctx_id);
     if (!s) {
-        s = cupool__alloc(sizeof(*s));
-        if (!s) {
-            pthread_mutex_unlock(&setter_lock);
-            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a setter kernel record");
-        }
-        memset(s, 0, sizeof(*s));
-        s->ctx = ctx;
-        s->ctx_id = ctx_id;
-        r = CUPOOL_DRV(cupool__drv.cuModuleLoadData(&s->module, setter_ptx));
-        if (r == CUDA_SUCCESS) {
-            r = CUPOOL_DRV(cupool__drv.cuModuleGetFunction(&s->fn, s->module, "cupool_set_cond"));
-            if (r != CUDA_SUCCESS)
-                CUPOOL_DRV(cupool__drv.cuModuleUnload(s->module));
-        }
-        if (r != CUDA_SUCCESS) {
-            pthread_mutex_unlock(&setter_lock);
-            cupool__free(s, sizeof(*s));
-            return cupool__fail(r, "loading the setter kernel of conditional nodes (PTX calling "
-                                   "cudaGraphSetConditional) failed");
-        }
-        s->next = setters;
-        setters = s;
+        mine->next = setters;
+        setters = s = mine;
+        mine = NULL;
     }
     s->users++;
     pthread_mutex_unlock(&setter_lock);
+    if (mine) { /* another thread's came first: ours was never used */
+        CUPOOL_DRV(cupool__drv.cuModuleUnload(mine->module));
+        cupool__free(mine, sizeof(*mine));
+    }
     *out = s;
     return CUDA_SUCCESS;
 }
