@@ -696,12 +696,13 @@ static int topology_differs(const struct fc_exec *e, const struct fc_exec *fresh
  * order): every node's parameters are copied into the exec, which keeps its own node
  * handles. Refused, as documented, when a kernel node's cooperative attribute changed, or its
  * priority in an exec instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
- * (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED, that node named). As on an H200 (driver
- * 580.159): a kernel node's own attributes (cuGraphKernelNodeSetAttribute) are applied like
- * its parameters, but for a kernel whose cluster dimension came with a captured launch
- * (cuLaunchKernelEx) the update is accepted and the changed dimension is not applied to an
- * exec that has been launched; nor, taken as alike, its preferred cluster dimension, cluster
- * scheduling policy, memory sync domain or domain map. */
+ * (CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED, that node named). A kernel's changed
+ * cluster dimension is accepted and not applied to an exec that has been launched (nor, taken
+ * as alike, its preferred cluster dimension, cluster scheduling policy, memory sync domain or
+ * domain map). On an H200 (driver 580.159) that is what the update did for a recaptured
+ * kernel and, in one of two runs, for a node's own attribute; in the other run the launch
+ * after it mixed the two dimensions: nothing reliable, which the simulation renders as the
+ * first. */
 CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
                                       CUgraphExecUpdateResultInfo *resultInfo)
 {
@@ -741,8 +742,7 @@ CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     }
     if (why == CU_GRAPH_EXEC_UPDATE_SUCCESS) {
         for (size_t i = 0; i < e->n; i++) {
-            if (!e->launched || e->type[i] != CU_GRAPH_NODE_TYPE_KERNEL ||
-                !fresh->tmpl[i]->u.k.launch_attrs)
+            if (!e->launched || e->type[i] != CU_GRAPH_NODE_TYPE_KERNEL)
                 continue;
             struct fc_op *n = fresh->tmpl[i];
             const struct fc_op *o = e->tmpl[i];

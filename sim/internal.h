@@ -281,10 +281,6 @@ struct fc_op {
             unsigned cluster[3], preferred_cluster[3];
             int cooperative, cluster_policy, mem_sync_domain, priority;
             int priority_set;                 /* the priority attribute was given */
-            /* the cluster dimension came with a launch (cuLaunchKernelEx, captured), not
-             * from cuGraphKernelNodeSetAttribute: cuGraphExecUpdate does not apply its change
-             * to a launched exec (H200); a node's own attribute it applies */
-            int launch_attrs;
             unsigned char sync_map[2];        /* memory sync domain map: default, remote */
             /* how the launch ran (set when it is queued): the priority it ran at (the
              * attribute's, a graph node's under CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,

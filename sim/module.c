@@ -341,9 +341,8 @@ int kernel_shape_fits(const struct fc_op *op)
 /* One launch attribute of a kernel launch (cuLaunchKernelEx) or kernel node
  * (cuGraphKernelNodeSetAttribute, graph_node): the ones the simulation models are kept on the
  * operation (and, under capture, on the kernel node it becomes). A cluster dimension must be
- * at least 1 in each dimension (else CUDA_ERROR_INVALID_VALUE), divide the grid and hold at
- * most 8 blocks, the portable size (else CUDA_ERROR_INVALID_CLUSTER_SIZE, as an H200 gives
- * for one that does not divide the grid); a preferred cluster dimension must be a multiple of it and divide the grid; a
+ * at least 1 in each dimension, divide the grid and hold at most 8 blocks, the portable size
+ * (else CUDA_ERROR_INVALID_CLUSTER_SIZE, which an H200 gives for a cluster of 0); a preferred cluster dimension must be a multiple of it and divide the grid; a
  * cluster scheduling policy, memory sync domain and domain map must be known values;
  * programmatic stream serialization is for launches only (a graph says it with an edge of
  * type CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC); other attributes are refused
@@ -357,16 +356,13 @@ CUresult kernel_attr_set(struct fc_op *op, CUlaunchAttributeID id, const CUlaunc
         return CUDA_SUCCESS;
     case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
         unsigned d[3] = {v->clusterDim.x, v->clusterDim.y, v->clusterDim.z};
-        if (!d[0] || !d[1] || !d[2])
-            return CUDA_ERROR_INVALID_VALUE;
-        /* a cluster that does not divide the grid: CUDA_ERROR_INVALID_CLUSTER_SIZE on an H200
-         * (driver 580.159); one above the portable 8 blocks is taken to be refused alike */
-        if (op->u.k.grid[0] % d[0] || op->u.k.grid[1] % d[1] || op->u.k.grid[2] % d[2] ||
-            (uint64_t)d[0] * d[1] * d[2] > 8)
+        /* a cluster of 0 blocks: CUDA_ERROR_INVALID_CLUSTER_SIZE on an H200 (driver 580.159);
+         * one that does not divide the grid, or above the portable 8 blocks, is taken to be
+         * refused alike */
+        if (!d[0] || !d[1] || !d[2] || op->u.k.grid[0] % d[0] || op->u.k.grid[1] % d[1] ||
+            op->u.k.grid[2] % d[2] || (uint64_t)d[0] * d[1] * d[2] > 8)
             return CUDA_ERROR_INVALID_CLUSTER_SIZE;
         memcpy(op->u.k.cluster, d, sizeof d);
-        if (!graph_node)
-            op->u.k.launch_attrs = 1;
         return CUDA_SUCCESS;
     }
     case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION: {
@@ -464,7 +460,6 @@ void kernel_attrs_copy(struct fc_op *to, const struct fc_op *from)
     memcpy(to->u.k.sync_map, from->u.k.sync_map, sizeof to->u.k.sync_map);
     to->u.k.priority = from->u.k.priority;
     to->u.k.priority_set = from->u.k.priority_set;
-    to->u.k.launch_attrs = from->u.k.launch_attrs;
 }
 
 CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,

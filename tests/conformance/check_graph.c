@@ -450,10 +450,12 @@ static void check_cluster_ranks(CUdeviceptr out, unsigned blocks, unsigned cx, c
 }
 
 /* A kernel node's thread-block cluster dimension is taken when the graph is instantiated: a
- * later change of the node's attribute does not reach an exec made before. cuGraphExecUpdate
- * with the changed node applies it, even to an exec that has launched (H200, driver 580.159;
- * for a recaptured kernel, whose dimension came with its launch, the same update was accepted
- * and not applied: check_hostile's capture tests). A new instantiation launches it too. */
+ * later change of the node's attribute does not reach an exec made before, and only a new
+ * instantiation launches it. cuGraphExecUpdate with the changed node is accepted; what the
+ * exec then launches is not reliable: on an H200 (driver 580.159) it kept the old dimension
+ * in one run and mixed the two in another (block 2 read cluster 1, 2 blocks, rank 2). So the
+ * launch after it is checked on the simulated driver only, which keeps the old dimension.
+ * Why a pipeline's cluster dimension is part of its signature. */
 START_TEST(kernel_node_cluster_fixed_at_instantiation)
 {
     if (!tu_clusters_or_skip("kernel_node_cluster_fixed_at_instantiation"))
@@ -490,7 +492,9 @@ START_TEST(kernel_node_cluster_fixed_at_instantiation)
     ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
     TU_OK(tu.cuMemsetD32(out, 0, 32 * 8));
     TU_OK(gr.cuGraphLaunch(e2, s1));
-    check_cluster_ranks(out, 8, 4, "updated to 4 after a launch");
+    TU_OK(tu.cuCtxSynchronize());
+    if (tu_fake.present)
+        check_cluster_ranks(out, 8, 2, "updated to 4 after a launch (accepted, not applied)");
     CUgraphExec e4;
     TU_OK(gr.cuGraphInstantiate(&e4, g, 0));
     TU_OK(gr.cuGraphLaunch(e4, s1));
@@ -502,9 +506,10 @@ START_TEST(kernel_node_cluster_fixed_at_instantiation)
 }
 END_TEST
 
-/* A cluster dimension of 0 is refused (CUDA_ERROR_INVALID_VALUE); one that does not divide the
- * grid (cuda.h: "must be a divisor of the grid") by the attribute's set or by the
- * instantiation, with CUDA_ERROR_INVALID_CLUSTER_SIZE (H200, driver 580.159). */
+/* A cluster dimension of 0 is refused with CUDA_ERROR_INVALID_CLUSTER_SIZE (H200, driver
+ * 580.159); one that does not divide the grid (cuda.h: "must be a divisor of the grid") by
+ * the attribute's set or by the instantiation, with CUDA_ERROR_INVALID_CLUSTER_SIZE on the
+ * simulated driver (the H200's code for it was not seen yet: either of the two is taken). */
 START_TEST(kernel_node_cluster_refusals)
 {
     if (!tu_clusters_or_skip("kernel_node_cluster_refusals"))
@@ -523,7 +528,7 @@ START_TEST(kernel_node_cluster_refusals)
     TU_OK(gr.cuGraphAddKernelNode(&n, g, NULL, 0, &kp));
     CUkernelNodeAttrValue v = cluster_of(0);
     TU_EQ(gr.cuGraphKernelNodeSetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v),
-          CUDA_ERROR_INVALID_VALUE);
+          CUDA_ERROR_INVALID_CLUSTER_SIZE);
     v = cluster_of(3);
     CUresult r = gr.cuGraphKernelNodeSetAttribute(n, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, &v);
     if (r == CUDA_SUCCESS) {
@@ -532,7 +537,11 @@ START_TEST(kernel_node_cluster_refusals)
         if (r == CUDA_SUCCESS)
             TU_OK(gr.cuGraphExecDestroy(e));
     }
-    TU_EQ(r, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    if (tu_fake.present)
+        TU_EQ(r, CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    else
+        ck_assert_msg(r == CUDA_ERROR_INVALID_CLUSTER_SIZE || r == CUDA_ERROR_INVALID_VALUE,
+                      "a cluster of 3 on a grid of 8: %s", cupool_result_name(r));
     TU_OK(gr.cuGraphDestroy(g));
     TU_OK(tu.cuMemFree(out));
 }
