@@ -43,7 +43,9 @@ static const char *proc_status_text(CUdriverProcAddressQueryResult status)
     switch (status) {
     case CU_GET_PROC_ADDRESS_SUCCESS: return "found";
     case CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND: return "symbol not found";
-    case CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT: return "driver older than the version asked for";
+    case CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT:
+        return "the entry point is newer than the CUDA version asked for: ask for the version "
+               "that introduced it, or a later one";
     default: return "unknown status";
     }
 }

@@ -672,14 +672,14 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
 CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
 {
     struct cupool_pipeline *p = cupool__pipeline_of(pipeline);
+    if (CUPOOL_UNLIKELY(p && p->add_error != CUDA_SUCCESS)) /* before the count: it may be 0 */
+        return cupool__fail(p->add_error,
+                            "cupool_pipeline_launch: an add failed with %s since the last "
+                            "cupool_pipeline_reset: the description is incomplete",
+                            cupool_result_name(p->add_error));
     if (!p || p->n == 0)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_pipeline_launch: %s",
                             !p ? "not a pipeline" : "the pipeline has no nodes");
-    if (CUPOOL_UNLIKELY(p->add_error != CUDA_SUCCESS))
-        return cupool__fail(p->add_error,
-                            "cupool_pipeline_launch: a node could not be added (error %d) since "
-                            "the last cupool_pipeline_reset: the description is incomplete",
-                            (int)p->add_error);
     if (CUPOOL_UNLIKELY(p->open_scope || p->empty_bodies))
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             "cupool_pipeline_launch: %s", p->open_scope

@@ -801,9 +801,17 @@ START_TEST(bad_input)
      * the first add's error, until a reset; nothing is launched meanwhile */
     cupool_graph_stats_t before = gstats();
     TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
-    ck_assert_ptr_nonnull(strstr(cupool_error_string(), "could not be added"));
+    ck_assert_ptr_nonnull(strstr(cupool_error_string(), "an add failed with"));
     TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
     ck_assert_uint_eq(gstats().launches, before.launches);
+    /* a failed first add: the launch names the add's failure, not an empty pipeline */
+    cupool_pipeline_t q;
+    TU_OK(cupool_pipeline_create(&q));
+    TU_EQ(cupool_pipeline_memset(q, mem, 0, 3, 1, NULL), CUDA_ERROR_INVALID_VALUE);
+    TU_EQ(cupool_pipeline_launch(q, s1), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_msg(strstr(cupool_error_string(), "an add failed with CUDA_ERROR_INVALID_VALUE"),
+                  "%s", cupool_error_string());
+    TU_OK(cupool_pipeline_destroy(q));
     TU_OK(cupool_pipeline_reset(p));
     fill_chain(p, 2, 5, 3, 0);
     TU_OK(cupool_pipeline_launch(p, s1));
@@ -1774,7 +1782,7 @@ START_TEST(kernel_ex_bad_input)
     /* nothing was added, the first error is remembered */
     cupool_graph_stats_t before = gstats();
     TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE);
-    ck_assert_ptr_nonnull(strstr(cupool_error_string(), "could not be added"));
+    ck_assert_ptr_nonnull(strstr(cupool_error_string(), "an add failed with"));
     ck_assert_uint_eq(gstats().launches, before.launches);
     TU_OK(cupool_pipeline_reset(p));
     fill_chain(p, 2, 6, 1, 0);
@@ -1874,7 +1882,7 @@ START_TEST(kernel_ex_without_node_attributes)
           CUDA_ERROR_NOT_SUPPORTED);
     ck_assert_msg(strstr(cupool_error_string(), "lacks cuGraphKernelNodeSetAttribute"), "%s",
                   cupool_error_string());
-    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_INVALID_VALUE); /* no node: none added */
+    TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_NOT_SUPPORTED); /* the failed add, first */
     TU_OK(cupool_pipeline_kernel(p, k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
     TU_EQ(cupool_pipeline_launch(p, s1), CUDA_ERROR_NOT_SUPPORTED); /* the failed add */
     TU_OK(cupool_pipeline_reset(p));
