@@ -25,39 +25,13 @@
 #include "pool/pool.h"
 #include "graph/graph.h"
 #include "graph/graph_impl.h"
+#include "graph/setter_ptx.h"
 
 #include <pthread.h>
 #include <string.h>
 
 /* The setter: one thread calls cudaGraphSetConditional(handle, value). */
-static const char setter_ptx[] =
-    ".version 7.0\n"
-    ".target sm_52\n"
-    ".address_size 64\n"
-    ".extern .func cudaGraphSetConditional\n"
-    "(\n"
-    "  .param .b64 cudaGraphSetConditional_param_0,\n"
-    "  .param .b32 cudaGraphSetConditional_param_1\n"
-    ")\n"
-    ";\n"
-    ".visible .entry cupool_set_cond(\n"
-    "  .param .u64 cupool_set_cond_param_0,\n"
-    "  .param .u32 cupool_set_cond_param_1\n"
-    ")\n"
-    "{\n"
-    "  .reg .b32 %r<2>;\n"
-    "  .reg .b64 %rd<2>;\n"
-    "  ld.param.u64 %rd1, [cupool_set_cond_param_0];\n"
-    "  ld.param.u32 %r1, [cupool_set_cond_param_1];\n"
-    "  {\n"
-    "  .param .b64 param0;\n"
-    "  st.param.b64 [param0+0], %rd1;\n"
-    "  .param .b32 param1;\n"
-    "  st.param.b32 [param1+0], %r1;\n"
-    "  call.uni cudaGraphSetConditional, (param0, param1);\n"
-    "  }\n"
-    "  ret;\n"
-    "}\n";
+static const char setter_ptx[] = CUPOOL_SETTER_PTX;
 
 struct cupool__setter {
     CUcontext ctx;

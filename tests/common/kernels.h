@@ -12,6 +12,7 @@
  */
 #ifndef CUPOOL_TEST_KERNELS_H
 #define CUPOOL_TEST_KERNELS_H
+#include "../../src/graph/setter_ptx.h" /* the library's own text */
 
 static const char tu_kernels_ptx[] =
     ".version 7.0\n"
@@ -116,33 +117,6 @@ static const char tu_cluster_ptx[] =
 /* The setter of conditional nodes, as the library ships it (src/graph/cond.c), in a module of
  * its own: cupool_set_cond(u64 handle, u32 value) calls cudaGraphSetConditional(handle,
  * value) (a device runtime function the driver resolves when it loads the PTX; CUDA 12.3). */
-static const char tu_cond_ptx[] =
-    ".version 7.0\n"
-    ".target sm_52\n"
-    ".address_size 64\n"
-    ".extern .func cudaGraphSetConditional\n"
-    "(\n"
-    "  .param .b64 cudaGraphSetConditional_param_0,\n"
-    "  .param .b32 cudaGraphSetConditional_param_1\n"
-    ")\n"
-    ";\n"
-    ".visible .entry cupool_set_cond(\n"
-    "  .param .u64 cupool_set_cond_param_0,\n"
-    "  .param .u32 cupool_set_cond_param_1\n"
-    ")\n"
-    "{\n"
-    "  .reg .b32 %r<2>;\n"
-    "  .reg .b64 %rd<2>;\n"
-    "  ld.param.u64 %rd1, [cupool_set_cond_param_0];\n"
-    "  ld.param.u32 %r1, [cupool_set_cond_param_1];\n"
-    "  {\n"
-    "  .param .b64 param0;\n"
-    "  st.param.b64 [param0+0], %rd1;\n"
-    "  .param .b32 param1;\n"
-    "  st.param.b32 [param1+0], %r1;\n"
-    "  call.uni cudaGraphSetConditional, (param0, param1);\n"
-    "  }\n"
-    "  ret;\n"
-    "}\n";
+static const char tu_cond_ptx[] = CUPOOL_SETTER_PTX;
 
 #endif
