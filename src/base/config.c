@@ -42,7 +42,7 @@ static const struct var vars[] = {
     {"CUPOOL_STREAM_IDLE_MAX", VAR_UINT, OFF(stream_idle_max), 0, 1000000, 4096, NULL},
     {"CUPOOL_EVENT_IDLE_MAX", VAR_UINT, OFF(event_idle_max), 0, 1000000, 16384, NULL},
     {"CUPOOL_DECAY_MS", VAR_UINT, OFF(decay_ms), 0, 3600000, 10000, NULL},
-    {"CUPOOL_HEADROOM_PERCENT", VAR_UINT, OFF(headroom_percent), 0, 100, 50, NULL},
+    {"CUPOOL_HEADROOM_PERCENT", VAR_UINT, OFF(headroom_percent), 0, 100, 100, NULL},
     {"CUPOOL_BACKGROUND", VAR_BOOL, OFF(background), 0, 1, 1, NULL},
     {"CUPOOL_STREAM_PREWARM", VAR_UINT, OFF(stream_prewarm), 0, 4096, 0, NULL},
     {"CUPOOL_EVENT_PREWARM", VAR_UINT, OFF(event_prewarm), 0, 65536, 0, NULL},

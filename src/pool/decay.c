@@ -44,6 +44,20 @@ void cupool__class_missed(struct cupool__class *cls)
      * creating more ahead of it would only guess (a program using one stream would get 33) */
     if (!atomic_load_explicit(&cls->warm, CUPOOL_RELAXED) || !cupool__maint_enabled())
         return;
+    /* past the warm-up, a create on the thread that asked is what the idle capacity exists to
+     * prevent: say what the class held (what is neither in the depot nor queued for
+     * destruction sits in threads' magazines or is in use) */
+    if (cupool__log_level >= CUPOOL_LOG_INFO)
+        cupool__log(CUPOOL_LOG_INFO,
+                    "%s class (context %llu, flags %u, priority %d): the depot was empty; a "
+                    "handle is created on the calling thread (%lld alive, %lld in the depot, "
+                    "%lld queued for destruction; reserve %u, headroom %u)",
+                    cls->ops->name, cls->ctx_id, cls->flags, cls->priority,
+                    (long long)atomic_load_explicit(&cls->live, CUPOOL_RELAXED),
+                    (long long)atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED),
+                    (long long)atomic_load_explicit(&cls->retire_idle, CUPOOL_RELAXED),
+                    atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED),
+                    atomic_load_explicit(&cls->headroom, CUPOOL_RELAXED));
     if (atomic_exchange_explicit(&cls->reserve_met, false, CUPOOL_RELAXED)) {
         uint32_t r = atomic_load_explicit(&cls->reserve, CUPOOL_RELAXED);
         uint32_t grown = r ? 2 * r : 2 * cupool__hot.mag_capacity;

@@ -284,9 +284,9 @@ START_TEST(growth_after_warm_up_is_created_ahead)
 }
 END_TEST
 
-/* Steady demand of 256 in use at once, every decay interval, for six ticks; then 32 more than
- * that. Returns the creates the fluctuation made on request threads. */
-static uint64_t fluctuation_request_creates(void)
+/* Steady demand of 256 in use at once, every decay interval, for six ticks; then `excess` more
+ * than that. Returns the creates the fluctuation made on request threads. */
+static uint64_t fluctuation_request_creates(int excess)
 {
     setup_decay("1000");
     for (int i = 0; i < 6; i++) {
@@ -295,7 +295,11 @@ static uint64_t fluctuation_request_creates(void)
     }
     uint64_t before = mstats().request_creates;
     unsigned long mine = here_calls();
-    churn(256 + 32);
+    /* what the depot holds now, alone: the maintenance thread is kept out of the class (its
+     * unit lock) until the fluctuation is over, so no refill races it */
+    pthread_mutex_lock(&cupool__maint_unit);
+    churn(256 + excess);
+    pthread_mutex_unlock(&cupool__maint_unit);
     uint64_t made = mstats().request_creates - before;
     if (tu_fake.present)
         ck_assert_uint_eq(here_calls() - mine, made);
@@ -304,10 +308,10 @@ static uint64_t fluctuation_request_creates(void)
 
 START_TEST(headroom_absorbs_a_fluctuation_off_request_threads)
 {
-    /* the default headroom, half the demand's swing (0 to 256 in use each interval), was
+    /* the default headroom, the demand's whole swing (0 to 256 in use each interval), was
      * created ahead by the maintenance thread: a burst 32 above the steady peak creates
      * nothing on the request thread */
-    ck_assert_uint_eq(fluctuation_request_creates(), 0);
+    ck_assert_uint_eq(fluctuation_request_creates(32), 0);
     ck_assert_uint_eq(mstats().request_destroys, 0);
     cupool_class_stats_t st;
     /* demand stops: within two decay times the swing, and the headroom with it, falls to
@@ -353,7 +357,25 @@ START_TEST(without_headroom_a_fluctuation_creates_on_the_request_thread)
     /* the control: with no headroom, the class keeps exactly its recent demand and the
      * fluctuation's first handles are created by the thread that asked */
     setenv("CUPOOL_HEADROOM_PERCENT", "0", 1);
-    ck_assert_uint_gt(fluctuation_request_creates(), 0);
+    ck_assert_uint_gt(fluctuation_request_creates(32), 0);
+}
+END_TEST
+
+/* A request that waits longer than any before it (a completion thread off its CPU for longer
+ * than the warm-up ever saw) lifts the demand above its recent peak by a good part of its
+ * swing: the default headroom, the whole swing, absorbs three quarters of it off the request
+ * threads. Half the swing (the earlier default) did not: 192 above a peak that swung by 256
+ * created on the thread that asked. */
+START_TEST(default_headroom_absorbs_three_quarters_of_the_swing)
+{
+    ck_assert_uint_eq(fluctuation_request_creates(192), 0);
+}
+END_TEST
+
+START_TEST(half_the_swing_does_not_absorb_three_quarters_of_it)
+{
+    setenv("CUPOOL_HEADROOM_PERCENT", "50", 1);
+    ck_assert_uint_gt(fluctuation_request_creates(192), 0);
 }
 END_TEST
 
@@ -503,6 +525,8 @@ int main(void)
     tcase_add_test(tc, growth_after_warm_up_is_created_ahead);
     tcase_add_test(tc, headroom_absorbs_a_fluctuation_off_request_threads);
     tcase_add_test(tc, without_headroom_a_fluctuation_creates_on_the_request_thread);
+    tcase_add_test(tc, default_headroom_absorbs_three_quarters_of_the_swing);
+    tcase_add_test(tc, half_the_swing_does_not_absorb_three_quarters_of_it);
     tcase_add_test(tc, steady_holders_keep_no_headroom_and_leave_the_thread_asleep);
     tcase_add_test(tc, with_no_class_the_thread_sleeps);
     tcase_add_test(tc, no_thread_without_background);

@@ -50,7 +50,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(c.stream_idle_max, 4096);
     ck_assert_uint_eq(c.event_idle_max, 16384);
     ck_assert_uint_eq(c.decay_ms, 10000);
-    ck_assert_uint_eq(c.headroom_percent, 50);
+    ck_assert_uint_eq(c.headroom_percent, 100);
     ck_assert(c.background);
     ck_assert_uint_eq(c.stream_prewarm, 0);
     ck_assert_uint_eq(c.event_prewarm, 0);
@@ -199,8 +199,8 @@ START_TEST(headroom_percent_range)
         char entry[64];
         snprintf(entry, sizeof(entry), "CUPOOL_HEADROOM_PERCENT=%s", bad[i]);
         ck_assert_int_eq(parse(&c, &l, false, entry, NULL), 1);
-        ck_assert_uint_eq(c.headroom_percent, 50);
-        ck_assert_msg(strstr(l.text[0], "expected an integer from 0 to 100; using the default 50"),
+        ck_assert_uint_eq(c.headroom_percent, 100);
+        ck_assert_msg(strstr(l.text[0], "expected an integer from 0 to 100; using the default 100"),
                       "%s", l.text[0]);
     }
 }
