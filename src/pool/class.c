@@ -445,6 +445,7 @@ static void class_init(struct cupool__class *c, const struct cupool__class_ops *
     c->nmins = 0;
     atomic_store_explicit(&c->forget, false, CUPOOL_RELAXED);
     c->decay_due = 0;
+    c->grow_due = 0;
     atomic_store_explicit(&c->phase, CUPOOL_CLASS_LIVE, CUPOOL_RELEASE);
     class_hash_insert(c);
     atomic_store_explicit(&c->alive, 1, CUPOOL_RELEASE); /* findable from here on */

@@ -164,12 +164,20 @@ static bool class_decay_step(struct cupool__class *cls, int max_mags, CUresult *
         top = cls->maxes[i] > top ? cls->maxes[i] : top;
     }
     class_set_headroom(cls, top - lo);
-    if (cupool__cfg.decay_ms == 0 || cls->nmins < 4)
-        return false;
     int64_t keep = class_ahead(cls);
     keep = keep > (int64_t)cls->low_water ? keep : (int64_t)cls->low_water;
+    /* the depot ran lower over the last interval than what the class keeps ahead of demand:
+     * the demand's peak rose into the margin (or the margin grew), and the refills that the
+     * depot exchanges asked for came too late or not at all (they look at the depot as it is
+     * then, which the releases after the peak filled again). The class grows by the
+     * shortfall, on the maintenance thread, so that the next such peak leaves the margin in
+     * the depot; the mirror of the decay below, which takes what the depot never needed. */
+    int64_t low = m < cur ? m : cur;
+    cls->grow_due = keep > low && cupool__maint_enabled() ? keep - low : 0;
+    if (cupool__cfg.decay_ms == 0 || cls->nmins < 4)
+        return cls->grow_due > 0;
     if (lo <= keep)
-        return false;
+        return cls->grow_due > 0;
     int64_t want_gone = lo - keep;
     int64_t gone = cupool__depot_shrink(cls, cur - want_gone, max_mags, err);
     decay_took(cls, gone);
@@ -218,6 +226,33 @@ void cupool__class_decay_inline(struct cupool__class *cls)
     }
 }
 
+/* Creates up to `want` (at most a magazine's worth) handles of cls into one magazine and puts
+ * it in the depot. Returns how many were made; *err gets a failure; -1 with no magazine. */
+static int64_t depot_create(struct cupool__class *cls, int64_t want, CUresult *err)
+{
+    struct cupool__magazine *m = cupool__mag_get();
+    if (!m)
+        return -1;
+    uint32_t n = want < (int64_t)cupool__hot.mag_capacity ? (uint32_t)want
+                                                          : cupool__hot.mag_capacity;
+    while (m->count < n) {
+        struct cupool__handle *rec;
+        CUresult r = cupool__handle_create(cls, false, CUPOOL_H_IDLE, &rec);
+        if (r != CUDA_SUCCESS) {
+            *err = r;
+            break;
+        }
+        m->items[m->count++] =
+            (struct cupool__mag_item){rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
+    }
+    int64_t made = m->count;
+    if (m->count)
+        (void)cupool__depot_put(cls, m); /* under the hard cap: the callers' targets are */
+    else
+        cupool__mag_put(m);
+    return made;
+}
+
 /* Creates into the depot, at most max_mags magazines, until it holds what cls keeps ahead of
  * demand (class_ahead: its reserve or its headroom). True when more is due. On the
  * maintenance thread. */
@@ -230,26 +265,7 @@ static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
         if (have >= target || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
             !cupool__maint_enabled())
             break;
-        struct cupool__magazine *m = cupool__mag_get();
-        if (!m)
-            return false;
-        uint32_t n = target - have < (int64_t)cupool__hot.mag_capacity ? (uint32_t)(target - have)
-                                                                    : cupool__hot.mag_capacity;
-        while (m->count < n) {
-            struct cupool__handle *rec;
-            CUresult r = cupool__handle_create(cls, false, CUPOOL_H_IDLE, &rec);
-            if (r != CUDA_SUCCESS) {
-                *err = r;
-                break;
-            }
-            m->items[m->count++] = (struct cupool__mag_item){
-                rec, atomic_load_explicit(&rec->handle, CUPOOL_RELAXED)};
-        }
-        if (m->count)
-            (void)cupool__depot_put(cls, m); /* under the hard cap: target is */
-        else
-            cupool__mag_put(m);
-        if (*err != CUDA_SUCCESS)
+        if (depot_create(cls, target - have, err) < 0 || *err != CUDA_SUCCESS)
             return false;
     }
     if (atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) >= target) {
@@ -257,6 +273,43 @@ static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
         return false;
     }
     return atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) != 0;
+}
+
+/* Creates what the last decay step found the depot short of (grow_due), at most max_mags
+ * magazines, and never past the hard cap. What it adds is no swing of demand: the recorded
+ * minima and maxima rise by it and the interval under way starts from the depot as it is
+ * now (the mirror of decay_took). True when more is due. On the maintenance thread, the
+ * tick's owner. */
+static bool class_grow(struct cupool__class *cls, int max_mags, CUresult *err)
+{
+    int64_t made = 0;
+    for (int i = 0; i < max_mags && cls->grow_due > 0; i++) {
+        int64_t have = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+        int64_t room = (int64_t)cls->idle_max - have;
+        if (room <= 0 || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
+            !cupool__maint_enabled()) {
+            cls->grow_due = 0;
+            break;
+        }
+        int64_t n = depot_create(cls, cls->grow_due < room ? cls->grow_due : room, err);
+        if (n < 0 || *err != CUDA_SUCCESS) {
+            cls->grow_due = 0; /* the next tick looks again */
+            made += n > 0 ? n : 0;
+            break;
+        }
+        cls->grow_due -= n;
+        made += n;
+    }
+    if (made > 0) {
+        for (int i = 0; i < 4; i++) {
+            cls->mins[i] += made;
+            cls->maxes[i] += made;
+        }
+        int64_t now = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
+        atomic_store_explicit(&cls->depot_max, now, CUPOOL_RELAXED);
+        atomic_store_explicit(&cls->depot_min, now, CUPOOL_RELAXED);
+    }
+    return cls->grow_due > 0;
 }
 
 /* The work units of one round: small, so that no read section of the maintenance thread
@@ -304,7 +357,9 @@ uint64_t cupool__pools_maintain(void)
             else
                 w &= ~CUPOOL_CLASS_WANT_REFILL;
         }
-        if (err == CUDA_SUCCESS && c->decay_due > 0)
+        if (err == CUDA_SUCCESS && c->grow_due > 0)
+            again |= class_grow(c, MAINT_MAGS, &err);
+        else if (err == CUDA_SUCCESS && c->decay_due > 0)
             again |= class_decay_more(c, MAINT_MAGS, &err);
         else if (err == CUDA_SUCCESS && class_tick_claim(c, now))
             again |= class_decay_step(c, MAINT_MAGS, &err);

@@ -112,6 +112,9 @@ struct cupool__class {
     _Atomic bool forget; /* set by a trim: the next tick drops the recorded minima and maxima */
     uint32_t nmins;
     int64_t decay_due; /* handles a decay step left to the maintenance thread's next rounds */
+    int64_t grow_due;  /* handles a decay step found the depot short of over its last interval
+                          (its low point below what it keeps ahead), for the maintenance
+                          thread's next rounds to create; touched by the tick's owner alone */
 
     /* slow-path counters (atomic read-modify-write is fine here: microsecond paths) */
     alignas(CUPOOL_CACHELINE) _Atomic uint64_t creates, destroys, dropped, misses;
