@@ -210,11 +210,12 @@ current_acquire(const struct cupool__class_ops *ops, cupool_kind_t kind, unsigne
         return cupool__current_refused(ops, cupool__driver_result(r));
     }
     struct cupool__cc_entry *e = cc_set(tc, kind, id, key);
-    if (!cc_match(e, id, key))
-        e++; /* way 1 */
+    if (e->ctx_id != id || e->key != key)
+        e++; /* way 1 (a fill reuses the entry of its own key: one entry per key at most) */
     struct cupool__slot *s;
-    if (CUPOOL_LIKELY(cc_match(e, id, key) &&
-                      atomic_load_explicit(&e->cls->alive, CUPOOL_RELAXED) &&
+    struct cupool__class *cls;
+    if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && (cls = e->cls) != NULL &&
+                      atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) &&
                       (s = slot_of(tc, cupool__pool_word_index(e->word))) != NULL &&
                       s->count != 0)) {
         struct cupool__mag_item it = s->loaded->items[s->count - 1];
