@@ -367,7 +367,7 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
     if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || cupool__state_now() != CUPOOL_ST_RUNNING ||
                         !pool_top(tc, v, tag, &s, &cls, &it, &st)))
         return cupool__pool_acquire_tail(pool, ops, out, false);
-    if (st == CUPOOL_H_IDLE_UNCHECKED)
+    if (tag == POOL_TAG_STREAM && st == CUPOOL_H_IDLE_UNCHECKED)
         return cupool__stream_pool_acquire_calls(pool, out);
     slot_take(tc, s, s->count, it.rec);
     *out = it.handle;
