@@ -211,6 +211,24 @@ static inline _Atomic uint32_t *cupool__drv_begin(void)
     return NULL;
 }
 
+/* The same guard for a hit (pool/hot.h): a thread with a record `t`, in RUNNING only. Any
+ * other state, PASSTHROUGH and the closing thread's calls included, is false here, and the
+ * hit's general path decides with cupool__drv_begin(). No thread-local load, no branch on a
+ * thread without a record. True: the driver may be called until cupool__drv_end_hit(t). */
+static inline bool cupool__drv_begin_hit(struct cupool__thread *t)
+{
+    cupool__hs_enter(&t->in_driver);
+    if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING))
+        return true;
+    cupool__hs_leave(&t->in_driver);
+    return false;
+}
+
+static inline void cupool__drv_end_hit(struct cupool__thread *t)
+{
+    cupool__hs_leave(&t->in_driver);
+}
+
 /* Evaluates a driver call under the guard, recording CUDA_ERROR_DEINITIALIZED (which moves
  * the library to DEAD); returns CUDA_ERROR_DEINITIALIZED without calling when the driver may
  * no longer be called. */

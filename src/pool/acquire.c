@@ -114,7 +114,7 @@ __attribute__((noinline)) CUresult cupool__acquire_general(struct cupool__class 
             return r;
     }
     /* a retired class hands nothing out, to the current-context API too: its context may
-     * still answer with the class's id (cupool_context_release), and acquire_current then
+     * still answer with the class's id (cupool_context_release), and current_acquire then
      * looks the key up afresh */
     if (!atomic_load_explicit(&cls->alive, CUPOOL_RELAXED))
         return cupool__fail(CUDA_ERROR_CONTEXT_IS_DESTROYED,
@@ -320,7 +320,7 @@ __attribute__((noinline)) CUresult cupool__release_lookup(const struct cupool__c
 {
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = cupool__reg_read(tc, h);
-    if (rec != NULL && tc != NULL && release_push(ops, expect, tc, rec, h, idle_state))
+    if (rec != NULL && tc != NULL && release_push(ops->kind, expect, tc, rec, h, idle_state))
         return CUDA_SUCCESS;
     return cupool__release_general(ops, expect, h, idle_state);
 }
@@ -333,13 +333,14 @@ bool cupool__release_known(const struct cupool__class_ops *ops, void *h, CUresul
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = tc ? tc->last : NULL;
     if (!h || (rec != NULL && atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h)) {
-        *result = release_handle(ops, NULL, h, idle_state); /* the thread's last handle */
+        /* the thread's last handle */
+        *result = release_handle(ops, ops->kind, NULL, h, idle_state);
         return true;
     }
     rec = cupool__reg_read(tc, h);
     if (!rec)
         return false;
-    *result = tc && release_push(ops, NULL, tc, rec, h, idle_state)
+    *result = tc && release_push(ops->kind, NULL, tc, rec, h, idle_state)
                   ? CUDA_SUCCESS
                   : cupool__release_general(ops, NULL, h, idle_state);
     return true;
@@ -362,23 +363,21 @@ static struct cupool__cc_entry *cc_victim(struct cupool__cc_entry *set, unsigned
  * time) and the cache entry, inside a read section. */
 __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupool__class_ops *ops,
                                                                unsigned long long id,
-                                                               unsigned int flags, int priority,
-                                                               void **out)
+                                                               uint64_t key, void **out)
 {
     struct cupool__tcache *rtc = cupool__tl;
     cupool__read_enter(cupool__th(rtc));
     struct cupool__class *cls = NULL;
-    CUresult r = cupool__class_get(ops, NULL, id, flags, priority, &cls);
+    CUresult r = cupool__class_get(ops, NULL, id, cc_key_flags(key), cc_key_priority(key), &cls);
     if (r == CUDA_SUCCESS) {
         struct cupool__tcache *tc = cupool__tcache_self();
         if (tc) {
-            uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
             struct cupool__cc_entry *e = cc_victim(cc_set(tc, ops->kind, id, key), id, key);
             e->ctx_id = id;
             e->key = key;
             e->cls = cls;
-            e->gen = atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE);
-            e->index = cls->index;
+            e->word = cupool__pool_word((uint32_t)ops->kind, cls->index,
+                                        atomic_load_explicit(&cls->gen, CUPOOL_ACQUIRE));
             if (!atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE))
                 e->cls = NULL; /* retired meanwhile: the gen read may be the next one's */
         }
@@ -388,38 +387,26 @@ __attribute__((noinline)) static CUresult acquire_current_slow(const struct cupo
     return r;
 }
 
-/* Current-context acquire: the context's id picks the class through the thread's cache. */
-__attribute__((always_inline)) static inline CUresult
-acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int priority, void **out)
+/* The current-context acquire once cuCtxGetId(NULL) said `id` and the hit (current_acquire,
+ * pool/hot.h) did not take a handle: the class cache's entry through the general path, or the
+ * class looked up afresh. */
+static CUresult current_miss(const struct cupool__class_ops *ops, unsigned long long id,
+                             uint64_t key, void **out)
 {
-    int st = cupool__state_now();
-    if (CUPOOL_UNLIKELY(st != CUPOOL_ST_RUNNING)) {
-        CUresult r = cupool__enter();
-        if (r != CUDA_SUCCESS)
-            return r;
-    }
-    unsigned long long id;
-    uint64_t key = (uint64_t)flags << 32 | (uint32_t)priority;
-    CUresult r;
-    if (CUPOOL_LIKELY(current_hit(ops, key, &id, &r, out)))
-        return CUDA_SUCCESS;
-    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS)) {
-        if (r == CUDA_ERROR_INVALID_CONTEXT)
-            return cupool__fail(r, "no current context: make one current (cuCtxSetCurrent, "
-                                   "cudaSetDevice) before acquiring a %s", ops->name);
-        return cupool__fail(r, "cuCtxGetId of the current context failed");
-    }
     struct cupool__tcache *tc = cupool__tl;
     if (CUPOOL_LIKELY(tc != NULL)) {
         struct cupool__cc_entry *e = cc_set(tc, ops->kind, id, key);
         if (!cc_match(e, id, key))
             e++; /* way 1 */
         if (CUPOOL_LIKELY(cc_match(e, id, key))) {
-            /* current_hit missed (or its capture check failed): the general path decides */
+            /* the hit missed (or its capture check failed): the general path decides */
             cupool__read_enter(cupool__th(tc));
             /* the struct may have been reclaimed and reused for another class since */
-            if (CUPOOL_LIKELY(atomic_load_explicit(&e->cls->gen, CUPOOL_RELAXED) == e->gen)) {
-                r = cupool__acquire_general(e->cls, true, out); /* the hit above failed */
+            struct cupool__class *cls = e->cls;
+            if (CUPOOL_LIKELY(cupool__pool_word((uint32_t)ops->kind, cls->index,
+                                                atomic_load_explicit(&cls->gen,
+                                                                     CUPOOL_RELAXED)) == e->word)) {
+                CUresult r = cupool__acquire_general(cls, true, out);
                 cupool__read_leave(cupool__th(tc));
                 if (CUPOOL_LIKELY(r != CUDA_ERROR_CONTEXT_IS_DESTROYED))
                     return r;
@@ -431,7 +418,50 @@ acquire_current(const struct cupool__class_ops *ops, unsigned int flags, int pri
             e->cls = NULL;
         }
     }
-    return acquire_current_slow(ops, id, flags, priority, out);
+    return acquire_current_slow(ops, id, key, out);
+}
+
+__attribute__((noinline)) CUresult cupool__current_miss(const struct cupool__class_ops *ops,
+                                                       unsigned long long id, uint64_t key,
+                                                       void **out)
+{
+    CUresult r = current_miss(ops, id, key, out);
+    cupool__reclaim_if_due();
+    return r;
+}
+
+/* cuCtxGetId(NULL) failed with r: why, in words. */
+static CUresult current_refused(const struct cupool__class_ops *ops, CUresult r)
+{
+    if (r == CUDA_ERROR_INVALID_CONTEXT)
+        return cupool__fail(r, "no current context: make one current (cuCtxSetCurrent, "
+                               "cudaSetDevice) before acquiring a %s", ops->name);
+    return cupool__fail(r, "cuCtxGetId of the current context failed");
+}
+
+__attribute__((noinline)) CUresult cupool__current_refused(const struct cupool__class_ops *ops,
+                                                          CUresult r)
+{
+    r = current_refused(ops, r);
+    cupool__reclaim_if_due();
+    return r;
+}
+
+/* The current-context acquire off the hit's preconditions: a thread without a record yet, a
+ * state other than RUNNING (initialisation first, PASSTHROUGH, the lifecycle's refusals). */
+__attribute__((noinline)) CUresult cupool__current_general(const struct cupool__class_ops *ops,
+                                                          uint64_t key, void **out)
+{
+    if (CUPOOL_UNLIKELY(cupool__state_now() != CUPOOL_ST_RUNNING)) {
+        CUresult r = cupool__enter();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    unsigned long long id;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
+    r = r != CUDA_SUCCESS ? current_refused(ops, r) : current_miss(ops, id, key, out);
+    cupool__reclaim_if_due();
+    return r;
 }
 
 /* slot_hit's stream released unvouched (pool/hot.h). */
@@ -452,7 +482,7 @@ __attribute__((noinline)) bool cupool__slot_hit_unchecked(struct cupool__tcache 
 CUresult cupool__release_of(const struct cupool__class_ops *ops, struct cupool__class *expect,
                             void *h, uint32_t idle_state)
 {
-    return release_handle(ops, expect, h, idle_state);
+    return release_handle(ops, ops->kind, expect, h, idle_state);
 }
 
 /* ---- the current-context API ---- */
@@ -465,14 +495,14 @@ CUresult cupool_stream_acquire(CUstream *stream, unsigned int flags, int priorit
                                     : "cupool_stream_acquire: unknown flags 0x%x (known: "
                                       "CU_STREAM_DEFAULT, CU_STREAM_NON_BLOCKING)",
                             flags);
-    CUresult r = acquire_current(&cupool__stream_ops, flags, priority, (void **)stream);
-    cupool__reclaim_if_due();
-    return r;
+    return current_acquire(&cupool__stream_ops, CUPOOL_KIND_STREAM, flags, priority,
+                           (void **)stream);
 }
 
 CUresult cupool_stream_release(CUstream stream)
 {
-    return release_handle(&cupool__stream_ops, NULL, stream, CUPOOL_H_IDLE_UNCHECKED);
+    return release_handle(&cupool__stream_ops, CUPOOL_KIND_STREAM, NULL, stream,
+                          CUPOOL_H_IDLE_UNCHECKED);
 }
 
 CUresult cupool_event_acquire(CUevent *event, unsigned int flags)
@@ -484,12 +514,10 @@ CUresult cupool_event_acquire(CUevent *event, unsigned int flags)
                                      "CU_EVENT_BLOCKING_SYNC, CU_EVENT_DISABLE_TIMING, "
                                      "CU_EVENT_INTERPROCESS with CU_EVENT_DISABLE_TIMING)",
                             flags);
-    CUresult r = acquire_current(&cupool__event_ops, flags, 0, (void **)event);
-    cupool__reclaim_if_due();
-    return r;
+    return current_acquire(&cupool__event_ops, CUPOOL_KIND_EVENT, flags, 0, (void **)event);
 }
 
 CUresult cupool_event_release(CUevent event)
 {
-    return release_handle(&cupool__event_ops, NULL, event, CUPOOL_H_IDLE);
+    return release_handle(&cupool__event_ops, CUPOOL_KIND_EVENT, NULL, event, CUPOOL_H_IDLE);
 }

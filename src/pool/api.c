@@ -218,26 +218,63 @@ __attribute__((noinline)) CUresult cupool__hit_then_reclaim(void)
     return CUDA_SUCCESS;
 }
 
-/* pool_acquire_hit past its checks, when the top of slot `s` needs driver calls (a pool
- * without the promise, or a stream released unvouched): out of line, so the hit that needs
- * none stays a leaf, and reading the top again after the calls, so little is live across
- * them. The magazine is this thread's alone: its top is still the record the hit checked. */
-__attribute__((noinline)) CUresult cupool__pool_acquire_calls(const void *pool,
-                                                             const struct cupool__class_ops *ops,
-                                                             void **out,
-                                                             const struct cupool__class *cls,
-                                                             struct cupool__slot *s)
+/* The explicit-pool acquire whose hit needs driver calls (pool/hot.h, pool_acquire_hit): under
+ * one hit guard (cupool__drv_begin_hit, whose check of the lifecycle state is the hit's),
+ * pool_top's checks, then, for a pool without the promise, that its context still answers
+ * with the class's id, and for a stream released unvouched that it is not capturing. The
+ * magazine is this thread's alone: its top is still the record checked after the calls, and
+ * the record still names its handle. A failed check, or a state other than RUNNING, goes the
+ * general way, which checks again and says why. */
+__attribute__((always_inline)) static inline CUresult
+pool_acquire_calls(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag,
+                   void **out)
 {
-    const struct cupool__mag_item *top = &s->loaded->items[s->count - 1];
-    bool vet = atomic_load_explicit(&top->rec->state, CUPOOL_RELAXED) == CUPOOL_H_IDLE_UNCHECKED;
-    if (CUPOOL_UNLIKELY(!pool_hit_calls(cls, vet ? (CUstream)top->handle : NULL)))
-        return cupool__pool_acquire_tail(pool, ops, out, false);
-    top = &s->loaded->items[s->count - 1];
-    slot_take(cupool__tl, s, s->count, top->rec);
-    *out = top->handle;
+    uintptr_t v = (uintptr_t)pool;
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__slot *s;
+    struct cupool__class *cls;
+    struct cupool__mag_item it;
+    uint32_t st;
+    CUresult r = CUDA_SUCCESS;
+    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || !cupool__drv_begin_hit(cupool__th(tc))))
+        goto general;
+    if (CUPOOL_UNLIKELY(!pool_top(tc, v, tag, &s, &cls, &it, &st)))
+        goto refused;
+    if (!(v & POOL_PROMISED)) {
+        unsigned long long ctx_id = cls->ctx_id, id = 0;
+        r = cupool__drv.cuCtxGetId(cls->ctx, &id);
+        if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || id != ctx_id))
+            goto refused;
+    }
+    if (tag == POOL_TAG_STREAM &&
+        atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED) == CUPOOL_H_IDLE_UNCHECKED) {
+        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+        r = cupool__drv.cuStreamIsCapturing(atomic_load_explicit(&it.rec->handle, CUPOOL_RELAXED),
+                                            &cs);
+        if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS || cs != CU_STREAM_CAPTURE_STATUS_NONE))
+            goto refused;
+    }
+    cupool__drv_end_hit(cupool__th(tc));
+    slot_take(tc, s, s->count, it.rec);
+    *out = atomic_load_explicit(&it.rec->handle, CUPOOL_RELAXED);
     if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
         return cupool__hit_then_reclaim();
     return CUDA_SUCCESS;
+refused:
+    cupool__drv_end_hit(cupool__th(tc));
+    cupool__driver_result(r);
+general:
+    return cupool__pool_acquire_tail(pool, ops, out, false);
+}
+
+__attribute__((noinline)) CUresult cupool__stream_pool_acquire_calls(const void *pool, void **out)
+{
+    return pool_acquire_calls(pool, &cupool__stream_ops, POOL_TAG_STREAM, out);
+}
+
+__attribute__((noinline)) CUresult cupool__event_pool_acquire_calls(const void *pool, void **out)
+{
+    return pool_acquire_calls(pool, &cupool__event_ops, POOL_TAG_EVENT, out);
 }
 
 CUresult cupool_stream_pool_acquire(cupool_stream_pool_t pool, CUstream *stream)

@@ -15,11 +15,15 @@
  * its streams are known to be alive, while a release may come after a context reset, when any
  * driver call on the old stream crashes the driver (seen on an H200, driver 580.159).
  *
+ * A hit that calls the driver does so under the hit guard (cupool__drv_begin_hit,
+ * base/driver.h): the driver-call guard of a thread with a record, in RUNNING only, whose load
+ * of the lifecycle state is the hit's own check of it.
+ *
  * Read top to bottom: the record's words; the out-of-line paths every hit falls back to; the
- * hit on a magazine's top (slot_hit, acquire_from); the current-context acquire's hit
- * (current_hit); the release (release_handle); the explicit pools' acquire and release
+ * hit on a magazine's top (slot_hit, acquire_from); the current-context acquire
+ * (current_acquire); the release (release_handle); the explicit pools' acquire and release
  * (pool_acquire_hit, pool_release_hit). Each public acquire and release inlines one of these;
- * everything else is out of line in pool/acquire.c and pool/api.c.
+ * everything else is out of line in pool/acquire.c and pool/api.c, reached by tail calls.
  */
 #ifndef CUPOOL_POOL_HOT_H
 #define CUPOOL_POOL_HOT_H
@@ -62,10 +66,6 @@ CUresult cupool__pool_acquire_tail(const void *pool, const struct cupool__class_
                                    void **out, bool tried);
 CUresult cupool__pool_release_general(const void *pool, const struct cupool__class_ops *ops,
                                       void *h, uint32_t idle_state);
-/* pool_acquire_hit's top when it needs driver calls (cls NULL: a promised pool). */
-CUresult cupool__pool_acquire_calls(const void *pool, const struct cupool__class_ops *ops,
-                                    void **out, const struct cupool__class *cls,
-                                    struct cupool__slot *s);
 /* A hit whose way out found reclamation due. */
 CUresult cupool__hit_then_reclaim(void);
 
@@ -150,62 +150,97 @@ static inline struct cupool__cc_entry *cc_set(struct cupool__tcache *tc, cupool_
 }
 
 _Static_assert(CUPOOL_CC_SETS == 32 && CUPOOL_CC_WAYS == 2,
-               "cc_set and acquire_current assume 32 x 2");
+               "cc_set and current_acquire assume 32 x 2");
+
+/* The class-cache key of (flags, requested priority), and back. */
+static inline uint64_t cc_key(unsigned int flags, int priority)
+{
+    return (uint64_t)flags << 32 | (uint32_t)priority;
+}
+static inline unsigned int cc_key_flags(uint64_t key)
+{
+    return (unsigned int)(key >> 32);
+}
+static inline int cc_key_priority(uint64_t key)
+{
+    return (int)(uint32_t)key;
+}
 
 static inline bool cc_match(const struct cupool__cc_entry *e, unsigned long long id, uint64_t key)
 {
     return e->ctx_id == id && e->key == key && e->cls != NULL;
 }
 
-/* The current-context hit, both driver calls under one driver-call guard: cuCtxGetId(NULL),
- * the thread's class cache, the top of its magazine for that class and, for a stream released
- * unvouched, cuStreamIsCapturing. True: handed out. False: *r is cuCtxGetId's result (the
- * guard's CUDA_ERROR_DEINITIALIZED when the driver may not be called) and, on success, *id the
- * context's id; nothing was taken, and the caller decides everything again. */
-__attribute__((always_inline)) static inline bool current_hit(const struct cupool__class_ops *ops,
-                                                              uint64_t key,
-                                                              unsigned long long *id,
-                                                              CUresult *r, void **out)
+/* The current-context acquire's ways off the hit (pool/acquire.c), each ending as a public
+ * acquire does (cupool__reclaim_if_due). general: the whole acquire (no thread record yet, a
+ * state other than RUNNING); refused: cuCtxGetId(NULL) failed with r (recorded already); miss:
+ * anything else, with the current context's id. */
+CUresult cupool__current_general(const struct cupool__class_ops *ops, uint64_t key, void **out);
+CUresult cupool__current_refused(const struct cupool__class_ops *ops, CUresult r);
+CUresult cupool__current_miss(const struct cupool__class_ops *ops, unsigned long long id,
+                              uint64_t key, void **out);
+
+/*
+ * The current-context acquire. The hit, both driver calls under one hit guard
+ * (cupool__drv_begin_hit): cuCtxGetId(NULL); the thread's class cache; the top of its
+ * magazine for that class, whose record must carry the entry's pool word (the class's kind,
+ * index and gen: the same incarnation) and be idle; for a stream released unvouched,
+ * cuStreamIsCapturing. A class retired while its context still answers with the id
+ * (cupool_context_release) hands nothing out: its `alive` is checked. Anything else tail-calls
+ * one of the ways above, which decide everything again. Inlined into each public acquire.
+ */
+__attribute__((always_inline)) static inline CUresult
+current_acquire(const struct cupool__class_ops *ops, cupool_kind_t kind, unsigned int flags,
+                int priority, void **out)
 {
-    _Atomic uint32_t *guard = cupool__drv_begin();
-    if (CUPOOL_UNLIKELY(guard == NULL)) {
-        *r = CUDA_ERROR_DEINITIALIZED;
-        return false;
-    }
-    bool hit = false;
-    *r = cupool__driver_result(cupool__drv.cuCtxGetId(NULL, id));
     struct cupool__tcache *tc = cupool__tl;
-    if (CUPOOL_LIKELY(*r == CUDA_SUCCESS && tc != NULL)) {
-        struct cupool__cc_entry *e = cc_set(tc, ops->kind, *id, key);
-        if (!cc_match(e, *id, key))
-            e++; /* way 1 */
-        struct cupool__slot *s;
-        /* a class retired while its context still answers with the id (cupool_context_release)
-         * hands nothing out: the general path looks the key up afresh */
-        if (CUPOOL_LIKELY(cc_match(e, *id, key) && cupool__state_now() == CUPOOL_ST_RUNNING &&
-                          atomic_load_explicit(&e->cls->alive, CUPOOL_RELAXED) &&
-                          (s = slot_of(tc, e->index)) != NULL && s->count != 0)) {
-            struct cupool__mag_item it = s->loaded->items[s->count - 1];
-            uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
-            if (CUPOOL_LIKELY(rec_kind_gen(it.rec) == kind_gen((uint32_t)ops->kind,
-                                                               (uint32_t)e->gen))) {
-                if (st == CUPOOL_H_IDLE)
-                    hit = true;
-                else if (st == CUPOOL_H_IDLE_UNCHECKED) {
-                    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-                    hit = cupool__driver_result(cupool__drv.cuStreamIsCapturing(
-                              (CUstream)it.handle, &cs)) == CUDA_SUCCESS &&
-                          cs == CU_STREAM_CAPTURE_STATUS_NONE;
-                }
-                if (hit) {
-                    slot_take(tc, s, s->count, it.rec);
-                    *out = it.handle;
-                }
+    uint64_t key = cc_key(flags, priority);
+    if (CUPOOL_UNLIKELY(tc == NULL || !cupool__drv_begin_hit(cupool__th(tc))))
+        return cupool__current_general(ops, key, out);
+    unsigned long long id;
+    CUresult r;
+    {
+        /* the address taken only in here: the ways out can be tail calls */
+        unsigned long long got;
+        r = cupool__drv.cuCtxGetId(NULL, &got);
+        id = got;
+    }
+    if (CUPOOL_UNLIKELY(r != CUDA_SUCCESS)) {
+        cupool__drv_end_hit(cupool__th(tc));
+        return cupool__current_refused(ops, cupool__driver_result(r));
+    }
+    struct cupool__cc_entry *e = cc_set(tc, kind, id, key);
+    if (e->ctx_id != id || e->key != key)
+        e++; /* way 1 (a fill reuses the entry of its own key: one entry per key at most) */
+    struct cupool__slot *s;
+    struct cupool__class *cls;
+    if (CUPOOL_LIKELY(e->ctx_id == id && e->key == key && (cls = e->cls) != NULL &&
+                      atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) &&
+                      (s = slot_of(tc, cupool__pool_word_index(e->word))) != NULL &&
+                      s->count != 0)) {
+        struct cupool__mag_item it = s->loaded->items[s->count - 1];
+        uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+        if (CUPOOL_LIKELY(it.rec->pool_word == e->word)) {
+            bool hit = st == CUPOOL_H_IDLE;
+            if (kind == CUPOOL_KIND_STREAM && st == CUPOOL_H_IDLE_UNCHECKED) {
+                CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                hit = cupool__driver_result(cupool__drv.cuStreamIsCapturing(
+                          (CUstream)it.handle, &cs)) == CUDA_SUCCESS &&
+                      cs == CU_STREAM_CAPTURE_STATUS_NONE;
+            }
+            if (CUPOOL_LIKELY(hit)) {
+                cupool__drv_end_hit(cupool__th(tc));
+                slot_take(tc, s, s->count, it.rec);
+                *out = it.handle;
+                if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due,
+                                                         CUPOOL_RELAXED)))
+                    return cupool__hit_then_reclaim();
+                return CUDA_SUCCESS;
             }
         }
     }
-    cupool__drv_end(guard);
-    return hit;
+    cupool__drv_end_hit(cupool__th(tc));
+    return cupool__current_miss(ops, id, key, out);
 }
 
 /* ---- the release ---- */
@@ -226,17 +261,18 @@ __attribute__((always_inline)) static inline bool slot_push(struct cupool__tcach
     return true;
 }
 
-/* Pushes a record found for `h` onto this thread's magazine if every check passes; false
- * otherwise (the general path then decides). */
+/* Pushes a record found for `h` onto this thread's magazine if every check passes (a record
+ * of `kind`, owned, of class `expect` unless that is NULL); false otherwise (the general path
+ * then decides). */
 __attribute__((always_inline)) static inline bool
-release_push(const struct cupool__class_ops *ops, struct cupool__class *expect,
-             struct cupool__tcache *tc, struct cupool__handle *rec, void *h, uint32_t idle_state)
+release_push(cupool_kind_t kind, struct cupool__class *expect, struct cupool__tcache *tc,
+             struct cupool__handle *rec, void *h, uint32_t idle_state)
 {
     /* Everything the decision needs is in the record's own cache line. A handle of a context
      * known to be gone may land in its dead class's magazine here: harmless, a dead class
      * hands nothing out, and trim forgets its handles without a driver call. */
     if (CUPOOL_LIKELY(cupool__state_now() == CUPOOL_ST_RUNNING &&
-                      rec->kind == (uint32_t)ops->kind &&
+                      rec->kind == (uint32_t)kind &&
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
                       (!expect || atomic_load_explicit(&rec->cls, CUPOOL_RELAXED) == expect))) {
         /* an explicit pool names its class: its slot is found without waiting for the record */
@@ -246,45 +282,22 @@ release_push(const struct cupool__class_ops *ops, struct cupool__class *expect,
 }
 
 /* The release fast path: the thread's last acquired handle (else a registry lookup), the
- * ownership check, a push onto this thread's magazine. Inlined into each public release. */
-__attribute__((always_inline)) static inline CUresult release_handle(
-    const struct cupool__class_ops *ops, struct cupool__class *expect, void *h, uint32_t idle_state)
+ * ownership check, a push onto this thread's magazine. Inlined into each public release;
+ * `kind` is ops->kind, a constant there. */
+__attribute__((always_inline)) static inline CUresult
+release_handle(const struct cupool__class_ops *ops, cupool_kind_t kind,
+               struct cupool__class *expect, void *h, uint32_t idle_state)
 {
     struct cupool__tcache *tc = cupool__tl;
     struct cupool__handle *rec = tc ? tc->last : NULL;
     if (CUPOOL_UNLIKELY(rec == NULL || atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) != h))
         return cupool__release_lookup(ops, expect, h, idle_state);
-    if (CUPOOL_LIKELY(release_push(ops, expect, tc, rec, h, idle_state)))
+    if (CUPOOL_LIKELY(release_push(kind, expect, tc, rec, h, idle_state)))
         return CUDA_SUCCESS;
     return cupool__release_general(ops, expect, h, idle_state);
 }
 
 /* ---- the explicit pools ---- */
-
-/* The driver calls of an explicit-pool hit, under one driver-call guard: for `cls` (NULL: a
- * promised pool, nothing to check) its context still answers with the class's id, and for
- * `stream` (NULL: vouched or an event) the stream is not capturing. True: both hold. */
-__attribute__((always_inline)) static inline bool pool_hit_calls(const struct cupool__class *cls,
-                                                                 CUstream stream)
-{
-    _Atomic uint32_t *guard = cupool__drv_begin();
-    if (CUPOOL_UNLIKELY(guard == NULL))
-        return false;
-    bool ok = true;
-    if (cls) {
-        unsigned long long id = 0;
-        ok = cupool__driver_result(cupool__drv.cuCtxGetId(cls->ctx, &id)) == CUDA_SUCCESS &&
-             id == cls->ctx_id;
-    }
-    if (ok && stream) {
-        CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-        ok = cupool__driver_result(cupool__drv.cuStreamIsCapturing(stream, &cs)) ==
-                 CUDA_SUCCESS &&
-             cs == CU_STREAM_CAPTURE_STATUS_NONE;
-    }
-    cupool__drv_end(guard);
-    return ok;
-}
 
 /*
  * The explicit-pool acquire: a hit on the top of the thread's magazine, without a read section
@@ -296,34 +309,66 @@ __attribute__((always_inline)) static inline bool pool_hit_calls(const struct cu
  * record is this pool's; a false match needs 2^45 reuses of one class index between two
  * acquires. The class is still loaded for `alive` (a retired class hands nothing out); its line
  * is read-mostly and the load runs beside the magazine's.
- * A pool without the promise checks its context (cuCtxGetId) and a stream released unvouched
- * is vetted (cuStreamIsCapturing), under one driver-call guard (pool_acquire_calls). Anything
- * else, a failed check included, tail-calls the general path, which checks and decides
- * everything again and says why. The promised hit of a vouched stream or an event is a leaf:
- * no call, no register saved.
+ * pool_top makes these checks, but the lifecycle state's (its caller's) and for `out`: true
+ * with the slot, the class and the top (*st: IDLE, or IDLE_UNCHECKED for a stream); false when
+ * any fails.
  */
-__attribute__((always_inline)) static inline CUresult
-pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
+__attribute__((always_inline)) static inline bool
+pool_top(struct cupool__tcache *tc, uintptr_t v, uintptr_t tag, struct cupool__slot **sp,
+         struct cupool__class **clsp, struct cupool__mag_item *itp, uint32_t *st)
 {
-    uintptr_t v = (uintptr_t)pool;
-    struct cupool__tcache *tc = cupool__tl;
-    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || (v & 0xfu) != tag ||
-                        cupool__state_now() != CUPOOL_ST_RUNNING))
-        return cupool__pool_acquire_tail(pool, ops, out, false);
+    if (CUPOOL_UNLIKELY((v & 0xfu) != tag))
+        return false;
     uint32_t index = (uint32_t)(v >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
     struct cupool__class *cls = atomic_load_explicit(&cupool__class_by_index[index],
                                                      CUPOOL_ACQUIRE);
     struct cupool__slot *s = slot_of(tc, index);
     if (CUPOOL_UNLIKELY(cls == NULL || !atomic_load_explicit(&cls->alive, CUPOOL_ACQUIRE) ||
                         s == NULL || s->count == 0)) /* a count implies a loaded magazine */
-        return cupool__pool_acquire_tail(pool, ops, out, false);
+        return false;
     struct cupool__mag_item it = s->loaded->items[s->count - 1];
-    uint32_t st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
+    *st = atomic_load_explicit(&it.rec->state, CUPOOL_RELAXED);
     if (CUPOOL_UNLIKELY(it.rec->pool_word != (v | POOL_PROMISED) ||
-                        (st != CUPOOL_H_IDLE && st != CUPOOL_H_IDLE_UNCHECKED)))
+                        (*st != CUPOOL_H_IDLE &&
+                         (tag != POOL_TAG_STREAM || *st != CUPOOL_H_IDLE_UNCHECKED))))
+        return false;
+    *sp = s;
+    *clsp = cls;
+    *itp = it;
+    return true;
+}
+
+/* The explicit-pool acquire whose hit needs driver calls (pool/api.c): every acquire of a pool
+ * without the promise, and a promised pool's stream released unvouched. */
+CUresult cupool__stream_pool_acquire_calls(const void *pool, void **out);
+CUresult cupool__event_pool_acquire_calls(const void *pool, void **out);
+
+/*
+ * The explicit-pool acquire. A pool without the promise checks its context (cuCtxGetId) and
+ * a stream released unvouched is vetted (cuStreamIsCapturing): cupool__*_pool_acquire_calls,
+ * out of line, make pool_top's checks under one hit guard, then those calls. Anything else, a
+ * failed check included, tail-calls the general path, which checks and decides everything
+ * again and says why. The promised hit of a vouched stream or an event is a leaf: no call, no
+ * register saved.
+ */
+__attribute__((always_inline)) static inline CUresult
+pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_t tag, void **out)
+{
+    uintptr_t v = (uintptr_t)pool;
+    if (!(v & POOL_PROMISED) && tag == POOL_TAG_STREAM)
+        return cupool__stream_pool_acquire_calls(pool, out);
+    if (!(v & POOL_PROMISED))
+        return cupool__event_pool_acquire_calls(pool, out);
+    struct cupool__tcache *tc = cupool__tl;
+    struct cupool__slot *s;
+    struct cupool__class *cls;
+    struct cupool__mag_item it;
+    uint32_t st;
+    if (CUPOOL_UNLIKELY(tc == NULL || out == NULL || cupool__state_now() != CUPOOL_ST_RUNNING ||
+                        !pool_top(tc, v, tag, &s, &cls, &it, &st)))
         return cupool__pool_acquire_tail(pool, ops, out, false);
-    if (!(v & POOL_PROMISED) || st == CUPOOL_H_IDLE_UNCHECKED)
-        return cupool__pool_acquire_calls(pool, ops, out, v & POOL_PROMISED ? NULL : cls, s);
+    if (tag == POOL_TAG_STREAM && st == CUPOOL_H_IDLE_UNCHECKED)
+        return cupool__stream_pool_acquire_calls(pool, out);
     slot_take(tc, s, s->count, it.rec);
     *out = it.handle;
     if (CUPOOL_UNLIKELY(atomic_load_explicit(&cupool__hot.reclaim_due, CUPOOL_RELAXED)))
@@ -331,15 +376,14 @@ pool_acquire_hit(const void *pool, const struct cupool__class_ops *ops, uintptr_
     return CUDA_SUCCESS;
 }
 
-/* Pushes rec, found for h, onto this thread's magazine when its pool word names the class
- * of pool value v (see pool_acquire_hit), it is owned, and the magazine has room; false
- * otherwise (nothing changed). */
+/* Pushes rec, found for h (the record names h: the caller checked), onto this thread's
+ * magazine when its pool word names the class of pool value v (see pool_acquire_hit), it is
+ * owned, and the magazine has room; false otherwise (nothing changed). */
 __attribute__((always_inline)) static inline bool
 pool_push_matched(struct cupool__tcache *tc, struct cupool__handle *rec, uintptr_t v, void *h,
                   uint32_t idle_state)
 {
-    if (CUPOOL_LIKELY(atomic_load_explicit(&rec->handle, CUPOOL_RELAXED) == h &&
-                      rec->pool_word == (v | POOL_PROMISED) &&
+    if (CUPOOL_LIKELY(rec->pool_word == (v | POOL_PROMISED) &&
                       cupool__state_now() == CUPOOL_ST_RUNNING &&
                       atomic_load_explicit(&rec->state, CUPOOL_RELAXED) == CUPOOL_H_OWNED &&
                       rec->index < CUPOOL_SLOTS_PER_CHUNK)) {

@@ -182,15 +182,23 @@ struct cupool__slot {
 #define CUPOOL_CC_SETS 32
 #define CUPOOL_CC_WAYS 2
 
-/* Per-thread class cache entry for the current-context API. Matches only while the class's
- * gen is still `gen` (the struct may have been reused for another class since). */
+/* Per-thread class cache entry for the current-context API. `word` is the class's pool word
+ * (cupool__pool_word: its kind, index and gen) when the entry was filled: the hit matches a
+ * record's pool_word against it, and the entry stands only while the class's own word is
+ * still that (the struct may have been reused for another class since). 32 bytes: a set of
+ * two ways is one cache line. */
 struct cupool__cc_entry {
     unsigned long long ctx_id;
     uint64_t key; /* flags << 32 | (uint32_t)requested priority */
     struct cupool__class *cls;
-    uint64_t gen;
-    uint32_t index; /* cls->index, one load less on the fast path */
+    uint64_t word;
 };
+
+/* The class index a pool word names (see cupool__pool_word). */
+static inline uint32_t cupool__pool_word_index(uint64_t word)
+{
+    return (uint32_t)(word >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
+}
 
 /* A thread's memories of its graph-cache launches (src/graph/launch.c, struct cupool__ghints):
  * per signature and stream, the entry and exec it used last, for a lock-free claim of the
@@ -205,7 +213,8 @@ struct cupool__tcache {
                                  and the cache are one pointer */
     struct cupool__slot slots0[CUPOOL_SLOTS_PER_CHUNK]; /* classes 0..63: one load less */
     _Atomic(struct cupool__slot *) chunks[CUPOOL_MAX_SLOT_CHUNKS]; /* [0] unused */
-    struct cupool__cc_entry cc[2][CUPOOL_CC_SETS][CUPOOL_CC_WAYS]; /* [cupool_kind_t] */
+    /* [cupool_kind_t]; a set per cache line */
+    alignas(CUPOOL_CACHELINE) struct cupool__cc_entry cc[2][CUPOOL_CC_SETS][CUPOOL_CC_WAYS];
     /* The record of the handle this thread acquired last: a release of that very handle (the
      * common acquire, use, release on one thread) finds it here without a registry lookup.
      * Only a hint: a release trusts it only if the record still names the handle. */
