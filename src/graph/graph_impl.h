@@ -54,18 +54,19 @@ enum pn_cond_kind { PC_IF = 1, PC_SWITCH = 2 };
  * it (refs), and listed in fn_table until cupool_trim() forgets the layouts learnt so far. It
  * is freed once it is neither listed nor held, so layouts take memory for what the live
  * pipelines use and what the table lists, whatever the number of trims. fn_lock guards refs,
- * listed and the table; the other fields are fixed once it is published. */
+ * listed and the table; the other fields are fixed once it is published. The parameters
+ * follow the counts in the same block, so an add reads a kernel of up to four parameters'
+ * layout from one cache line. */
 struct fninfo {
     CUfunction fn;
+    uint32_t refs;  /* pipelines holding it */
+    bool listed;    /* in fn_table */
+    struct fninfo *next;
     uint32_t nparams;
     uint32_t bytes; /* end of the last parameter */
     struct fnparam {
         uint32_t off, size; /* bytes */
-    } *param;
-    size_t cap;     /* entries allocated in param */
-    uint32_t refs;  /* pipelines holding it */
-    bool listed;    /* in fn_table */
-    struct fninfo *next;
+    } param[];
 };
 
 /* A kernel node's launch attributes (cupool_pipeline_kernel_ex), normalised: zeroed, then
@@ -94,12 +95,12 @@ _Static_assert(sizeof(struct kattr) % sizeof(uint64_t) == 0, "kattr: whole signa
  * and a word (the conditional node's number + 1) << 32 | body follows its function word. */
 #define SIG_SCOPED 0x200u
 
+/* What an add compares of a kernel node (type, attr, function, layout, shape, argument place)
+ * is in its first 64 bytes; where it is (scope, body) comes after. */
 struct pnode {
     uint32_t type;
     uint32_t ndeps, dep_start; /* into the pipeline's deps[] */
     uint32_t attr;             /* a kernel: 1 when it has launch attributes (kattr[i]), else 0 */
-    /* where it is: 0 at the top level, else in body `body` of conditional node scope - 1 */
-    uint32_t scope, body;
     union {
         struct {
             CUfunction fn;
@@ -130,7 +131,11 @@ struct pnode {
             uint32_t kind, nbodies, value;
         } cond;
     } u;
+    /* where it is: 0 at the top level, else in body `body` of conditional node scope - 1 */
+    uint32_t scope, body;
 };
+_Static_assert(offsetof(struct pnode, u.k.arg_off) + sizeof(uint32_t) <= 64,
+               "pnode: a kernel's compared fields in its first 64 bytes");
 
 #define K_SHAPE 7 /* words of a kernel node's launch shape */
 

@@ -56,10 +56,14 @@ static size_t fn_bucket(CUfunction f)
     return (size_t)(((uint64_t)(uintptr_t)f * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
 }
 
+static size_t fninfo_size(uint32_t nparams)
+{
+    return sizeof(struct fninfo) + nparams * sizeof(struct fnparam);
+}
+
 static void fninfo_free(struct fninfo *fi)
 {
-    cupool__free(fi->param, fi->cap * sizeof(*fi->param));
-    cupool__free(fi, sizeof(*fi));
+    cupool__free(fi, fninfo_size(fi->nparams));
 }
 
 /* Drops one pipeline's hold on a layout. fn_lock held. */
@@ -109,31 +113,42 @@ static CUresult fninfo_read(CUfunction f, struct fninfo **out)
     if (!cupool__drv.cuFuncGetParamInfo)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
                             "pipeline kernels need cuFuncGetParamInfo (a CUDA 12.4 driver)");
-    struct fninfo *fi = cupool__alloc(sizeof(*fi));
-    if (!fi)
-        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
-    fi->fn = f;
+    struct fnparam *param = NULL; /* read into a growable array, then into the layout's block */
+    size_t cap = 0;
+    uint32_t n = 0, bytes = 0;
+    CUresult r;
     for (;;) {
         size_t o = 0, sz = 0;
-        CUresult r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, fi->nparams, &o, &sz));
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            break; /* past the last parameter (or f has none) */
+        r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, n, &o, &sz));
+        if (r == CUDA_ERROR_INVALID_VALUE) {
+            r = CUDA_SUCCESS; /* past the last parameter (or f has none) */
+            break;
+        }
         if (r != CUDA_SUCCESS) {
-            uint32_t at = fi->nparams;
-            fninfo_free(fi);
-            return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, at);
+            r = cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, n);
+            break;
         }
-        if (!GROW(fi->param, fi->cap, fi->nparams + 1)) {
-            fninfo_free(fi);
-            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+        if (!GROW(param, cap, (size_t)n + 1)) {
+            r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+            break;
         }
-        fi->param[fi->nparams] = (struct fnparam){(uint32_t)o, (uint32_t)sz};
-        if (o + sz > fi->bytes)
-            fi->bytes = (uint32_t)(o + sz);
-        fi->nparams++;
+        param[n++] = (struct fnparam){(uint32_t)o, (uint32_t)sz};
+        if (o + sz > bytes)
+            bytes = (uint32_t)(o + sz);
     }
-    *out = fi;
-    return CUDA_SUCCESS;
+    struct fninfo *fi = r == CUDA_SUCCESS ? cupool__alloc(fninfo_size(n)) : NULL;
+    if (r == CUDA_SUCCESS && !fi)
+        r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+    if (fi) {
+        fi->fn = f;
+        fi->nparams = n;
+        fi->bytes = bytes;
+        if (n)
+            memcpy(fi->param, param, n * sizeof(*param));
+        *out = fi;
+    }
+    cupool__free(param, cap * sizeof(*param));
+    return r;
 }
 
 static bool fninfo_same(const struct fninfo *a, const struct fninfo *b)
