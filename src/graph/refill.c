@@ -483,7 +483,8 @@ kernel_refilled(struct cupool_pipeline *p, struct pnode *n, const struct fninfo 
     p->alen = off + fi->bytes;
     const uint32_t nd_ds[2] = {has_dep, nd}; /* ndeps, dep_start: one store, any byte order */
     memcpy(&n->ndeps, nd_ds, 8);
-    p->deps[nd] = i - 1; /* nd < depcap; read only below ndeps (when i is 0, it is not) */
+    if (CUPOOL_LIKELY(has_dep)) /* not at node 0: a one-node request leaves deps[] untouched */
+        p->deps[nd] = i - 1;    /* nd < depcap */
     const uint32_t n_nd[2] = {i + 1, nd + has_dep}; /* n, ndeps */
     memcpy(&p->n, n_nd, 8);
     if (number)
