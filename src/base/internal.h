@@ -95,6 +95,9 @@ struct cupool__hot {
     _Atomic uint32_t gp_phase;
     /* The registry's published table: address | log2(slots) (registry.h). */
     _Atomic uintptr_t reg_current;
+    /* The kernel layouts' generation, moved on by cupool_trim() (graph/layout.c): a pipeline's
+     * reset compares it, beside the state, on every request. */
+    _Atomic uint64_t fn_epoch;
 };
 extern struct cupool__hot cupool__hot;
 _Static_assert(sizeof(struct cupool__hot) == CUPOOL_CACHELINE, "the hot words fill one line");

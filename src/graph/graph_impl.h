@@ -178,7 +178,7 @@ struct cupool_pipeline {
      * just added emits its words again */
     size_t sig_mark;
     size_t last_nsig;
-    uint64_t fn_epoch; /* cupool__fn_epoch when fcache was filled */
+    uint64_t fn_epoch; /* cupool__hot.fn_epoch when fcache was filled */
     /* The last launch's leading nodes that were kernels with their default dependency (their
      * words at 3i (1 for node 0): type, function, i - 1): while all_dirty is false, the node
      * in place at such a place still has that launch's function, so a kernel refilled there
@@ -366,7 +366,6 @@ extern size_t cupool__cache_entries;
 extern size_t cupool__cache_execs;
 extern pthread_mutex_t cupool__cache_lock;
 extern struct gentry *cupool__entries_head;
-extern _Atomic uint64_t cupool__fn_epoch;
 extern struct gentry *cupool__free_entries;
 extern struct gexec *cupool__free_execs;
 extern _Atomic uint64_t cupool__st_compared;

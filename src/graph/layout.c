@@ -46,10 +46,9 @@ bool cupool__grow(void **p, size_t *cap, size_t need, size_t elem)
 /* Lock order (docs/design.md, "Locks"): after the graph cache's, before the allocator's. */
 static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fninfo *fn_table[256];
-/* Bumped by cupool_trim(): layouts learnt before are looked up again (a function of an
- * unloaded module can be followed by another at the same address). The old layouts stay
- * while pipelines still hold them (their nodes point at them), then go. */
-_Atomic uint64_t cupool__fn_epoch;
+/* cupool__hot.fn_epoch is bumped by cupool_trim(): layouts learnt before are looked up again
+ * (a function of an unloaded module can be followed by another at the same address). The old
+ * layouts stay while pipelines still hold them (their nodes point at them), then go. */
 
 static size_t fn_bucket(CUfunction f)
 {
@@ -190,7 +189,7 @@ static CUresult fninfo_learn(CUfunction f, struct fninfo **out)
 /* f's layout, held by p: from p's recent functions, the shared table, or the driver. */
 CUresult cupool__fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct fninfo **out)
 {
-    uint64_t epoch = atomic_load_explicit(&cupool__fn_epoch, CUPOOL_ACQUIRE);
+    uint64_t epoch = atomic_load_explicit(&cupool__hot.fn_epoch, CUPOOL_ACQUIRE);
     if (CUPOOL_UNLIKELY(p->fn_epoch != epoch)) {
         memset(p->fcache, 0, sizeof(p->fcache)); /* held ones stay: nodes may name them */
         p->fn_epoch = epoch;
@@ -250,6 +249,6 @@ void cupool__fn_table_trim(void)
             fi = next;
         }
     }
-    atomic_fetch_add_explicit(&cupool__fn_epoch, 1, CUPOOL_RELEASE);
+    atomic_fetch_add_explicit(&cupool__hot.fn_epoch, 1, CUPOOL_RELEASE);
     pthread_mutex_unlock(&fn_lock);
 }
