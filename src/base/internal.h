@@ -74,7 +74,7 @@ static inline void cupool__stats_put(void *dst, void *src, size_t src_size)
  * Contract: any thread may read any field at any time (atomic loads; mag_capacity plain,
  * fixed before the first magazine). Each field is written only at a rare event: the
  * lifecycle's transitions, membarrier(2) found missing, the driver gone, a reclamation asked
- * for, a registry table grown, a grace period's phase flip. A field that a hot path writes
+ * for, a registry table grown, a grace period's phase flip, a cupool_trim(). A field that a hot path writes
  * must never be added here.
  */
 struct cupool__hot {

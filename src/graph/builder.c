@@ -80,7 +80,8 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
         p->redescribed = true;
     /* after a trim, the layouts the old nodes named are let go (they are looked up afresh),
      * and with them the nodes to compare with */
-    if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&cupool__hot.fn_epoch, CUPOOL_ACQUIRE))) {
+    uint64_t fn_epoch = atomic_load_explicit(&cupool__hot.fn_epoch, CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(p->fn_epoch != fn_epoch)) {
         cupool__pipeline_unhold(p);
         cupool__refill_forget(p);
     }

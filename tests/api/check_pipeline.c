@@ -1770,8 +1770,8 @@ START_TEST(refill_detects_every_argument_byte_of_a_wide_kernel)
         for (int j = 0; j < 2; j++) {
             unsigned char got[WIDE_BYTES];
             TU_OK(tu.cuMemcpyDtoH(got, out[j], WIDE_BYTES));
-            ck_assert_msg(memcmp(got, v[j], WIDE_BYTES) == 0, "step %d: node %d ran stale arguments",
-                          step, j);
+            ck_assert_msg(memcmp(got, v[j], WIDE_BYTES) == 0,
+                          "step %d: node %d ran stale arguments", step, j);
         }
         cupool_graph_stats_t st = gstats();
         if (step > 0)
