@@ -74,7 +74,7 @@ static inline void cupool__stats_put(void *dst, void *src, size_t src_size)
  * Contract: any thread may read any field at any time (atomic loads; mag_capacity plain,
  * fixed before the first magazine). Each field is written only at a rare event: the
  * lifecycle's transitions, membarrier(2) found missing, the driver gone, a reclamation asked
- * for, a registry table grown, a grace period's phase flip. A field that a hot path writes
+ * for, a registry table grown, a grace period's phase flip, a cupool_trim(). A field that a hot path writes
  * must never be added here.
  */
 struct cupool__hot {
@@ -95,6 +95,9 @@ struct cupool__hot {
     _Atomic uint32_t gp_phase;
     /* The registry's published table: address | log2(slots) (registry.h). */
     _Atomic uintptr_t reg_current;
+    /* The kernel layouts' generation, moved on by cupool_trim() (graph/layout.c): a pipeline's
+     * reset compares it, beside the state, on every request. */
+    _Atomic uint64_t fn_epoch;
 };
 extern struct cupool__hot cupool__hot;
 _Static_assert(sizeof(struct cupool__hot) == CUPOOL_CACHELINE, "the hot words fill one line");

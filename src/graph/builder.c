@@ -35,7 +35,7 @@ CUresult cupool_pipeline_create(cupool_pipeline_t *pipeline)
     static _Atomic uint64_t serial;
     p->magic = PIPELINE_MAGIC;
     p->sig_dirty = true;
-    p->fn_epoch = atomic_load(&cupool__fn_epoch);
+    p->fn_epoch = atomic_load(&cupool__hot.fn_epoch);
     p->gen = (atomic_fetch_add(&serial, 1) + 1) << 32;
     *pipeline = p;
     return CUDA_SUCCESS;
@@ -80,7 +80,8 @@ CUresult cupool_pipeline_reset(cupool_pipeline_t pipeline)
         p->redescribed = true;
     /* after a trim, the layouts the old nodes named are let go (they are looked up afresh),
      * and with them the nodes to compare with */
-    if (CUPOOL_UNLIKELY(p->fn_epoch != atomic_load_explicit(&cupool__fn_epoch, CUPOOL_ACQUIRE))) {
+    uint64_t fn_epoch = atomic_load_explicit(&cupool__hot.fn_epoch, CUPOOL_ACQUIRE);
+    if (CUPOOL_UNLIKELY(p->fn_epoch != fn_epoch)) {
         cupool__pipeline_unhold(p);
         cupool__refill_forget(p);
     }

@@ -54,18 +54,19 @@ enum pn_cond_kind { PC_IF = 1, PC_SWITCH = 2 };
  * it (refs), and listed in fn_table until cupool_trim() forgets the layouts learnt so far. It
  * is freed once it is neither listed nor held, so layouts take memory for what the live
  * pipelines use and what the table lists, whatever the number of trims. fn_lock guards refs,
- * listed and the table; the other fields are fixed once it is published. */
+ * listed and the table; the other fields are fixed once it is published. The parameters
+ * follow the counts in the same block, so an add reads a kernel of up to four parameters'
+ * layout from one cache line. */
 struct fninfo {
     CUfunction fn;
+    uint32_t refs;  /* pipelines holding it */
+    bool listed;    /* in fn_table */
+    struct fninfo *next;
     uint32_t nparams;
     uint32_t bytes; /* end of the last parameter */
     struct fnparam {
         uint32_t off, size; /* bytes */
-    } *param;
-    size_t cap;     /* entries allocated in param */
-    uint32_t refs;  /* pipelines holding it */
-    bool listed;    /* in fn_table */
-    struct fninfo *next;
+    } param[];
 };
 
 /* A kernel node's launch attributes (cupool_pipeline_kernel_ex), normalised: zeroed, then
@@ -94,12 +95,12 @@ _Static_assert(sizeof(struct kattr) % sizeof(uint64_t) == 0, "kattr: whole signa
  * and a word (the conditional node's number + 1) << 32 | body follows its function word. */
 #define SIG_SCOPED 0x200u
 
+/* What an add compares of a kernel node (type, attr, function, layout, shape, argument place)
+ * is in its first 64 bytes; where it is (scope, body) comes after. */
 struct pnode {
     uint32_t type;
     uint32_t ndeps, dep_start; /* into the pipeline's deps[] */
     uint32_t attr;             /* a kernel: 1 when it has launch attributes (kattr[i]), else 0 */
-    /* where it is: 0 at the top level, else in body `body` of conditional node scope - 1 */
-    uint32_t scope, body;
     union {
         struct {
             CUfunction fn;
@@ -130,42 +131,23 @@ struct pnode {
             uint32_t kind, nbodies, value;
         } cond;
     } u;
+    /* where it is: 0 at the top level, else in body `body` of conditional node scope - 1 */
+    uint32_t scope, body;
 };
+_Static_assert(offsetof(struct pnode, u.k.arg_off) + sizeof(uint32_t) <= 64,
+               "pnode: a kernel's compared fields in its first 64 bytes");
 
 #define K_SHAPE 7 /* words of a kernel node's launch shape */
 
 #define FN_CACHE 8
 
+/* The fields are placed by use, so that a describe and launch of an unchanged pipeline reads
+ * three of its cache lines (cupool__alloc gives 64-byte aligned blocks) and no other: the first
+ * line holds what every add reads and writes, the second what a reset and the adds'
+ * signature bookkeeping add, the third what a launch reads besides. Sizes and the rest follow. */
 struct cupool_pipeline {
+    /* ---- line 0: the adds ---- */
     uint32_t magic;
-    struct pnode *nodes;
-    uint32_t n, ndeps;
-    size_t cap, depcap;
-    uint32_t *deps;
-    unsigned char *args;
-    size_t alen, acap;
-    /* The signature of the last launch, and whether the description since matches it: node
-     * adds compare their structure words in place (sigpos), so a pipeline refilled with the
-     * same structure skips hashing and lookup at launch. */
-    uint64_t *sig;
-    size_t sigcap, sigpos, last_nsig;
-    uint64_t last_hash;
-    uint32_t last_n;
-    /* The last launch's leading nodes that were kernels with their default dependency (their
-     * words at 3i (1 for node 0): type, function, i - 1): while all_dirty is false, the node
-     * in place at such a place still has that launch's function, so a kernel refilled there
-     * with it matches its words without reading them (kernel_refilled). Set by signature(). */
-    uint32_t sig_chain;
-    bool sig_dirty;            /* structure differs from the last launch's (or none yet) */
-    /* sigpos and sig_dirty before the last node's words: cupool_pipeline_depend on the node
-     * just added emits its words again */
-    size_t sig_mark;
-    bool dirty_mark;
-    CUresult add_error;        /* the first failed add since the last reset (launches refuse) */
-    struct gentry *last_entry; /* the entry the last launch used, valid while ... */
-    uint64_t last_epoch;       /* ... the cache's epoch has not moved */
-    unsigned long long last_ctx_id;
-    uint32_t max_params;
     /* The parameters of the last launch, compared as nodes are added (refill): a reset keeps
      * nodes[] and args[], so an add at a place where the last launch had a node of the same
      * kind (same function and argument place, for a kernel) compares its parameters with that
@@ -174,29 +156,35 @@ struct cupool_pipeline {
      * node below hw that is not marked holds the last launch's parameters, and, while
      * redescribed is false too, every marked one differs from them. A launch consumes
      * the marks (hw becomes its node count, the marks, all_dirty and redescribed are cleared). */
-    uint32_t hw;    /* nodes of the last launch still in place (0: none to compare with) */
-    uint32_t nchg;  /* nodes marked */
-    bool all_dirty; /* an add wrote without comparing: any node may differ */
+    uint32_t hw; /* nodes of the last launch still in place (0: none to compare with) */
+    uint32_t n, ndeps;
+    struct pnode *nodes;
+    uint32_t *deps;
+    unsigned char *args;
+    size_t alen;
+    size_t depcap;
+    uint32_t nchg;    /* nodes marked */
+    bool sig_dirty;   /* structure differs from the last launch's (or none yet) */
+    bool all_dirty;   /* an add wrote without comparing: any node may differ */
     bool redescribed; /* a reset found nodes marked: a marked node may be as launched */
-    uint64_t *chg;
-    size_t chgcap; /* words allocated in chg */
-    /* The description's version, unique across pipelines: moves on at a launch whose
-     * description differs from the last launch's. An exec whose snapshot is tagged with
-     * (this pipeline, gen) holds exactly the last launch's parameters. */
-    uint64_t gen;
-    void **argv; /* scratch for kernelParams */
-    size_t argvcap;
-    /* the launch attributes of kernel node i, at kattr[i] when nodes[i].attr (refilled in
-     * place like the nodes) */
-    struct kattr *kattr;
-    size_t kattrcap;
-    const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
-    unsigned fnext;
-    uint64_t fn_epoch; /* fn_epoch when fcache was filled */
-    /* every layout its nodes may name (each counted in its refs), dropped at a reset that
-     * follows a trim, and at destroy */
-    struct fninfo **held;
-    size_t nheld, heldcap;
+    bool dirty_mark;  /* sig_dirty before the last node's words (see sig_mark) */
+    /* ---- line 1: the reset, and the structure words ---- */
+    /* The signature of the last launch (sig, last_nsig words, last_hash, last_n nodes), and
+     * whether the description since matches it: node adds compare their structure words in
+     * place (sigpos), so a pipeline refilled with the same structure skips hashing and lookup
+     * at launch. */
+    size_t sigpos;
+    /* sigpos and sig_dirty before the last node's words: cupool_pipeline_depend on the node
+     * just added emits its words again */
+    size_t sig_mark;
+    size_t last_nsig;
+    uint64_t fn_epoch; /* cupool__hot.fn_epoch when fcache was filled */
+    /* The last launch's leading nodes that were kernels with their default dependency (their
+     * words at 3i (1 for node 0): type, function, i - 1): while all_dirty is false, the node
+     * in place at such a place still has that launch's function, so a kernel refilled there
+     * with it matches its words without reading them (kernel_refilled). Set by signature(). */
+    uint32_t sig_chain;
+    CUresult add_error; /* the first failed add since the last reset (launches refuse) */
     /* conditional nodes of the description (cupool_pipeline_switch/_if): how many, the body
      * the next add goes into (open_scope: the conditional node's number + 1, 0 at the top
      * level; open_body), the node the next add depends on by default (dflt_dep: number + 1,
@@ -205,7 +193,39 @@ struct cupool_pipeline {
     uint32_t open_scope, open_body;
     uint32_t dflt_dep;
     uint32_t empty_bodies;
+    uint32_t last_n;
+    /* ---- line 2: the launch ---- */
+    uint64_t last_hash;
+    uint64_t *sig;
+    struct gentry *last_entry; /* the entry the last launch used, valid while ... */
+    uint64_t last_epoch;       /* ... the cache's epoch has not moved */
+    unsigned long long last_ctx_id;
+    /* The description's version, unique across pipelines: moves on at a launch whose
+     * description differs from the last launch's. An exec whose snapshot is tagged with
+     * (this pipeline, gen) holds exactly the last launch's parameters. */
+    uint64_t gen;
+    size_t argvcap;
+    uint32_t max_params;
+    /* ---- the rest ---- */
+    size_t cap, acap, sigcap;
+    uint64_t *chg;
+    size_t chgcap; /* words allocated in chg */
+    void **argv;   /* scratch for kernelParams */
+    /* the launch attributes of kernel node i, at kattr[i] when nodes[i].attr (refilled in
+     * place like the nodes) */
+    struct kattr *kattr;
+    size_t kattrcap;
+    const struct fninfo *fcache[FN_CACHE]; /* functions this pipeline used lately */
+    unsigned fnext;
+    /* every layout its nodes may name (each counted in its refs), dropped at a reset that
+     * follows a trim, and at destroy */
+    struct fninfo **held;
+    size_t nheld, heldcap;
 };
+_Static_assert(offsetof(struct cupool_pipeline, sigpos) == 64 &&
+                   offsetof(struct cupool_pipeline, last_hash) == 128 &&
+                   offsetof(struct cupool_pipeline, cap) <= 192,
+               "cupool_pipeline: the lines of the per-request path");
 
 
 /* The pipeline behind a public handle, or NULL. */
@@ -346,7 +366,6 @@ extern size_t cupool__cache_entries;
 extern size_t cupool__cache_execs;
 extern pthread_mutex_t cupool__cache_lock;
 extern struct gentry *cupool__entries_head;
-extern _Atomic uint64_t cupool__fn_epoch;
 extern struct gentry *cupool__free_entries;
 extern struct gexec *cupool__free_execs;
 extern _Atomic uint64_t cupool__st_compared;

@@ -46,20 +46,23 @@ bool cupool__grow(void **p, size_t *cap, size_t need, size_t elem)
 /* Lock order (docs/design.md, "Locks"): after the graph cache's, before the allocator's. */
 static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fninfo *fn_table[256];
-/* Bumped by cupool_trim(): layouts learnt before are looked up again (a function of an
- * unloaded module can be followed by another at the same address). The old layouts stay
- * while pipelines still hold them (their nodes point at them), then go. */
-_Atomic uint64_t cupool__fn_epoch;
+/* cupool__hot.fn_epoch is bumped by cupool_trim(): layouts learnt before are looked up again
+ * (a function of an unloaded module can be followed by another at the same address). The old
+ * layouts stay while pipelines still hold them (their nodes point at them), then go. */
 
 static size_t fn_bucket(CUfunction f)
 {
     return (size_t)(((uint64_t)(uintptr_t)f * UINT64_C(0x9E3779B97F4A7C15)) >> 56);
 }
 
+static size_t fninfo_size(uint32_t nparams)
+{
+    return sizeof(struct fninfo) + nparams * sizeof(struct fnparam);
+}
+
 static void fninfo_free(struct fninfo *fi)
 {
-    cupool__free(fi->param, fi->cap * sizeof(*fi->param));
-    cupool__free(fi, sizeof(*fi));
+    cupool__free(fi, fninfo_size(fi->nparams));
 }
 
 /* Drops one pipeline's hold on a layout. fn_lock held. */
@@ -109,31 +112,42 @@ static CUresult fninfo_read(CUfunction f, struct fninfo **out)
     if (!cupool__drv.cuFuncGetParamInfo)
         return cupool__fail(CUDA_ERROR_NOT_SUPPORTED,
                             "pipeline kernels need cuFuncGetParamInfo (a CUDA 12.4 driver)");
-    struct fninfo *fi = cupool__alloc(sizeof(*fi));
-    if (!fi)
-        return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
-    fi->fn = f;
+    struct fnparam *param = NULL; /* read into a growable array, then into the layout's block */
+    size_t cap = 0;
+    uint32_t n = 0, bytes = 0;
+    CUresult r;
     for (;;) {
         size_t o = 0, sz = 0;
-        CUresult r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, fi->nparams, &o, &sz));
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            break; /* past the last parameter (or f has none) */
+        r = CUPOOL_DRV(cupool__drv.cuFuncGetParamInfo(f, n, &o, &sz));
+        if (r == CUDA_ERROR_INVALID_VALUE) {
+            r = CUDA_SUCCESS; /* past the last parameter (or f has none) */
+            break;
+        }
         if (r != CUDA_SUCCESS) {
-            uint32_t at = fi->nparams;
-            fninfo_free(fi);
-            return cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, at);
+            r = cupool__fail(r, "cuFuncGetParamInfo(%p, %u) failed", (void *)f, n);
+            break;
         }
-        if (!GROW(fi->param, fi->cap, fi->nparams + 1)) {
-            fninfo_free(fi);
-            return cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+        if (!GROW(param, cap, (size_t)n + 1)) {
+            r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+            break;
         }
-        fi->param[fi->nparams] = (struct fnparam){(uint32_t)o, (uint32_t)sz};
-        if (o + sz > fi->bytes)
-            fi->bytes = (uint32_t)(o + sz);
-        fi->nparams++;
+        param[n++] = (struct fnparam){(uint32_t)o, (uint32_t)sz};
+        if (o + sz > bytes)
+            bytes = (uint32_t)(o + sz);
     }
-    *out = fi;
-    return CUDA_SUCCESS;
+    struct fninfo *fi = r == CUDA_SUCCESS ? cupool__alloc(fninfo_size(n)) : NULL;
+    if (r == CUDA_SUCCESS && !fi)
+        r = cupool__fail(CUDA_ERROR_OUT_OF_MEMORY, "no memory for a kernel's layout");
+    if (fi) {
+        fi->fn = f;
+        fi->nparams = n;
+        fi->bytes = bytes;
+        if (n)
+            memcpy(fi->param, param, n * sizeof(*param));
+        *out = fi;
+    }
+    cupool__free(param, cap * sizeof(*param));
+    return r;
 }
 
 static bool fninfo_same(const struct fninfo *a, const struct fninfo *b)
@@ -175,7 +189,7 @@ static CUresult fninfo_learn(CUfunction f, struct fninfo **out)
 /* f's layout, held by p: from p's recent functions, the shared table, or the driver. */
 CUresult cupool__fninfo_get(struct cupool_pipeline *p, CUfunction f, const struct fninfo **out)
 {
-    uint64_t epoch = atomic_load_explicit(&cupool__fn_epoch, CUPOOL_ACQUIRE);
+    uint64_t epoch = atomic_load_explicit(&cupool__hot.fn_epoch, CUPOOL_ACQUIRE);
     if (CUPOOL_UNLIKELY(p->fn_epoch != epoch)) {
         memset(p->fcache, 0, sizeof(p->fcache)); /* held ones stay: nodes may name them */
         p->fn_epoch = epoch;
@@ -235,6 +249,6 @@ void cupool__fn_table_trim(void)
             fi = next;
         }
     }
-    atomic_fetch_add_explicit(&cupool__fn_epoch, 1, CUPOOL_RELEASE);
+    atomic_fetch_add_explicit(&cupool__hot.fn_epoch, 1, CUPOOL_RELEASE);
     pthread_mutex_unlock(&fn_lock);
 }

@@ -483,7 +483,8 @@ kernel_refilled(struct cupool_pipeline *p, struct pnode *n, const struct fninfo 
     p->alen = off + fi->bytes;
     const uint32_t nd_ds[2] = {has_dep, nd}; /* ndeps, dep_start: one store, any byte order */
     memcpy(&n->ndeps, nd_ds, 8);
-    p->deps[nd] = i - 1; /* nd < depcap; read only below ndeps (when i is 0, it is not) */
+    if (CUPOOL_LIKELY(has_dep)) /* not at node 0: a one-node request leaves deps[] untouched */
+        p->deps[nd] = i - 1;    /* nd < depcap */
     const uint32_t n_nd[2] = {i + 1, nd + has_dep}; /* n, ndeps */
     memcpy(&p->n, n_nd, 8);
     if (number)
@@ -542,17 +543,12 @@ CUresult cupool_pipeline_kernel(cupool_pipeline_t pipeline, CUfunction f, unsign
                         p->ndeps >= p->depcap || cupool__state_now() != CUPOOL_ST_RUNNING))
         goto other;
     struct pnode *n = &p->nodes[p->n];
-    /* the kind (a kernel without launch attributes), function and shape in one test, the
-     * shape two words at a time (the union's words of another kind of node are read, never
-     * used) */
-    uint64_t s01, s23, s45;
-    memcpy(&s01, &n->u.k.shape[0], 8);
-    memcpy(&s23, &n->u.k.shape[2], 8);
-    memcpy(&s45, &n->u.k.shape[4], 8);
-    if (CUPOOL_UNLIKELY(((s01 ^ ((uint64_t)grid_y << 32 | grid_x)) |
-                         (s23 ^ ((uint64_t)block_x << 32 | grid_z)) |
-                         (s45 ^ ((uint64_t)block_z << 32 | block_y)) |
-                         (n->u.k.shape[6] ^ shared_bytes) | (n->type ^ PN_KERNEL) | n->attr) != 0 ||
+    /* the kind (a kernel without launch attributes), function and shape in one test (the
+     * union's words of another kind of node are read, never used) */
+    const uint32_t *d = n->u.k.shape;
+    if (CUPOOL_UNLIKELY(((d[0] ^ grid_x) | (d[1] ^ grid_y) | (d[2] ^ grid_z) | (d[3] ^ block_x) |
+                         (d[4] ^ block_y) | (d[5] ^ block_z) | (d[6] ^ shared_bytes) |
+                         (n->type ^ PN_KERNEL) | n->attr) != 0 ||
                         n->u.k.fn != f))
         goto other;
     /* from here on the function and shape are the node's: kernel_add_at takes them there */

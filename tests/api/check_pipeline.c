@@ -1709,6 +1709,82 @@ static void launch_attributes_reach(int graphs)
     TU_OK(tu.cuMemFree(out));
 }
 
+/* A kernel of nine parameters of sizes 8 (the output), 4, 2, 1, 16, 8, 4, 8 and 4 bytes (its
+ * layout longer than a cache line, sizes other than 4 and 8 among them): it writes the eight
+ * values after the first, packed (47 bytes), to its output. */
+static const size_t wide_sizes[9] = {8, 4, 2, 1, 16, 8, 4, 8, 4};
+#define WIDE_BYTES 47
+static void k_wide(void **args, const unsigned int grid[3], const unsigned int block[3])
+{
+    (void)grid, (void)block;
+    uint64_t out;
+    memcpy(&out, args[0], 8);
+    unsigned char *o = (unsigned char *)(uintptr_t)out;
+    for (int i = 1; i < 9; i++) {
+        memcpy(o, args[i], wide_sizes[i]);
+        o += wide_sizes[i];
+    }
+}
+
+/* Two wide kernels refilled per request: a change of any byte of any argument of the second
+ * (the first and last byte of each) reaches the kernel, and the node alone is updated; the
+ * same description again updates nothing and launches the changed values. */
+START_TEST(refill_detects_every_argument_byte_of_a_wide_kernel)
+{
+    ck_assert_int_eq(tu_fake.register_kernel("wide9", 9, wide_sizes, k_wide), 0);
+    CUfunction wide;
+    TU_OK(tu.cuModuleGetFunction(&wide, k.module, "wide9"));
+    CUdeviceptr out[2];
+    for (int j = 0; j < 2; j++)
+        TU_OK(tu.cuMemAlloc(&out[j], 64));
+    unsigned char v[2][WIDE_BYTES]; /* each node's argument values, packed */
+    for (int j = 0; j < 2; j++)
+        for (int b = 0; b < WIDE_BYTES; b++)
+            v[j][b] = (unsigned char)(j * 100 + b);
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    uint64_t updated = 0;
+    for (int step = 0; step <= 2 * 8 + 1; step++) {
+        /* step 0: the first launch; then the first and last byte of argument a changed in
+         * turn (step 2a - 1, 2a); the last step describes the same again */
+        int a = (step + 1) / 2, at = 0;
+        if (step > 0 && step <= 16) {
+            for (int i = 1; i < a; i++)
+                at += (int)wide_sizes[i];
+            if (step % 2 == 0)
+                at += (int)wide_sizes[a] - 1;
+            v[1][at] ^= 0x5a;
+        }
+        TU_OK(cupool_pipeline_reset(p));
+        for (int j = 0; j < 2; j++) {
+            void *args[9] = {&out[j]};
+            unsigned char *at_j = v[j];
+            for (int i = 1; i < 9; i++) {
+                args[i] = at_j;
+                at_j += wide_sizes[i];
+            }
+            TU_OK(cupool_pipeline_kernel(p, wide, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+        }
+        TU_OK(cupool_pipeline_launch(p, s1));
+        TU_OK(tu.cuStreamSynchronize(s1));
+        for (int j = 0; j < 2; j++) {
+            unsigned char got[WIDE_BYTES];
+            TU_OK(tu.cuMemcpyDtoH(got, out[j], WIDE_BYTES));
+            ck_assert_msg(memcmp(got, v[j], WIDE_BYTES) == 0,
+                          "step %d: node %d ran stale arguments", step, j);
+        }
+        cupool_graph_stats_t st = gstats();
+        if (step > 0)
+            ck_assert_uint_eq(st.nodes_updated, updated + (step <= 16));
+        updated = st.nodes_updated;
+        ck_assert_uint_eq(st.instantiations, 1);
+    }
+    TU_OK(cupool_pipeline_destroy(p));
+    for (int j = 0; j < 2; j++)
+        TU_OK(tu.cuMemFree(out[j]));
+}
+END_TEST
+
 START_TEST(launch_attributes_reach_the_kernel)
 {
     launch_attributes_reach(1);
@@ -2157,6 +2233,7 @@ int main(void)
         tcase_add_test(sim, concurrent_streams_never_wait_on_each_other);
         tcase_add_test(sim, failed_capture_end_never_leaves_the_stream_capturing);
         tcase_add_test(sim, launch_attributes_reach_the_kernel);
+        tcase_add_test(sim, refill_detects_every_argument_byte_of_a_wide_kernel);
         tcase_add_test(sim, new_execs_uploaded_at_instantiation);
         tcase_add_test(sim, refused_instantiation_names_its_result);
         tcase_add_test(sim, each_update_refusal_counted_exactly);

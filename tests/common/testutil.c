@@ -83,6 +83,7 @@ void tu_resolve(void)
     *(void **)&tu_fake.calls_here = dlsym(h, "fakecuda_calls_here");
     *(void **)&tu_fake.fault = dlsym(h, "fakecuda_fault");
     *(void **)&tu_fake.fault_clear = dlsym(h, "fakecuda_fault_clear");
+    *(void **)&tu_fake.register_kernel = dlsym(h, "fakecuda_register_kernel");
     *(void **)&tu_fake.teardown = dlsym(h, "fakecuda_teardown");
     *(void **)&tu_fake.set_strict_teardown = dlsym(h, "fakecuda_set_strict_teardown");
     *(void **)&tu_fake.poison_context = dlsym(h, "fakecuda_poison_context");

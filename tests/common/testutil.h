@@ -85,6 +85,8 @@ struct tu_fake {
     unsigned long (*graph_uploads)(void);
     unsigned long (*graph_launch_uploads)(void);
     void (*exec_update_refuse)(CUgraphExecUpdateResult, unsigned);
+    int (*register_kernel)(const char *, int, const size_t *,
+                           void (*)(void **, const unsigned int[3], const unsigned int[3]));
 };
 extern struct tu_fake tu_fake;
 
