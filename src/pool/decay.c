@@ -98,8 +98,10 @@ int64_t cupool__depot_shrink(struct cupool__class *cls, int64_t target, int max_
         struct cupool__magazine *m = cupool__stack_pop(&cls->depot);
         if (!m)
             break;
+        /* no depot_min_lower here: the moment the magazine is out of the depot is no low
+         * point of demand (what it keeps goes back); decay_took and the trim record the
+         * depot as they leave it */
         int64_t before = atomic_fetch_sub_explicit(&cls->depot_idle, m->count, CUPOOL_RELAXED);
-        depot_min_lower(cls, before - m->count);
         int64_t excess = before - target;
         uint32_t n = excess >= (int64_t)m->count ? m->count : (uint32_t)(excess > 0 ? excess : 0);
         uint32_t had = m->count;
@@ -265,7 +267,15 @@ static bool class_refill(struct cupool__class *cls, int max_mags, CUresult *err)
         if (have >= target || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
             !cupool__maint_enabled())
             break;
-        if (depot_create(cls, target - have, err) < 0 || *err != CUDA_SUCCESS)
+        int64_t made = depot_create(cls, target - have, err);
+        if (made > 0) {
+            /* what the maintenance thread created is no demand, and covers what the last
+             * tick found the depot short of: the interval's low point rises by it (a later,
+             * lower one still counts), and the growth due falls by it */
+            atomic_fetch_add_explicit(&cls->depot_min, made, CUPOOL_RELAXED);
+            cls->grow_due = cls->grow_due > made ? cls->grow_due - made : 0;
+        }
+        if (made < 0 || *err != CUDA_SUCCESS)
             return false;
     }
     if (atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED) >= target) {
@@ -286,8 +296,9 @@ static bool class_grow(struct cupool__class *cls, int max_mags, CUresult *err)
     for (int i = 0; i < max_mags && cls->grow_due > 0; i++) {
         int64_t have = atomic_load_explicit(&cls->depot_idle, CUPOOL_RELAXED);
         int64_t room = (int64_t)cls->idle_max - have;
+        /* not warm: a trim since the tick forgot the class's demand, this growth with it */
         if (room <= 0 || !atomic_load_explicit(&cls->alive, CUPOOL_RELAXED) ||
-            !cupool__maint_enabled()) {
+            !atomic_load_explicit(&cls->warm, CUPOOL_RELAXED) || !cupool__maint_enabled()) {
             cls->grow_due = 0;
             break;
         }

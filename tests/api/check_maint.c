@@ -518,6 +518,151 @@ START_TEST(context_release_keeps_the_thread_off_a_reset_context)
 }
 END_TEST
 
+/* The class of the calling thread's context (the tests here make one). */
+static struct cupool__class *only_class(void)
+{
+    struct cupool__class *found = NULL;
+    for (uint32_t i = 0; i < cupool__class_limit(); i++) {
+        struct cupool__class *c = cupool__class_at(i);
+        if (c && atomic_load(&c->alive)) {
+            ck_assert_ptr_null(found);
+            found = c;
+        }
+    }
+    ck_assert_ptr_nonnull(found);
+    return found;
+}
+
+/* Lets the maintenance thread finish what its rounds have due (growth, decay). */
+static void settle(void)
+{
+    for (uint64_t was = UINT64_MAX, now;
+         (now = mstats().background_creates + mstats().background_destroys) != was; was = now)
+        ck_assert(cupool__maint_flush(FLUSH_NS));
+}
+
+/* A decay clock that stops the maintenance thread at the start of a round (it reads the clock
+ * there) once the gate's class has growth due: read on the thread that writes it. */
+enum { GATE_OFF, GATE_ARMED, GATE_CAUGHT, GATE_OPEN };
+static _Atomic int gate;
+static struct cupool__class *gate_class;
+static uint64_t gated_clock(void)
+{
+    if (atomic_load(&gate) == GATE_ARMED && gate_class->grow_due > 0) {
+        atomic_store(&gate, GATE_CAUGHT);
+        while (atomic_load(&gate) != GATE_OPEN)
+            sched_yield();
+    }
+    return atomic_load(&fake_now);
+}
+
+/* A trim while the maintenance thread grows a class: the trim forgets the class's demand
+ * (its reserve, headroom and warm-up), so what the last tick found the depot short of is
+ * forgotten too. The growth went on after the trim: 576 streams created into the depot the
+ * trim had just emptied, with the class no longer warm and its headroom nothing. */
+START_TEST(a_trim_forgets_the_growth_that_was_due)
+{
+    setup_decay("1000");
+    static CUstream h[600];
+    for (int r = 0; r < 3; r++) {
+        for (int i = 0; i < 256; i++)
+            TU_OK(cupool_stream_acquire(&h[i], CU_STREAM_NON_BLOCKING, 0));
+        tick();
+        settle();
+        for (int i = 0; i < 256; i++)
+            TU_OK(cupool_stream_release(h[i]));
+        tick();
+        settle();
+    }
+    struct cupool__class *c = only_class();
+    /* a peak far above the recent ones, that the maintenance thread sees only at the tick */
+    pthread_mutex_lock(&cupool__maint_unit);
+    for (int i = 0; i < 600; i++)
+        TU_OK(cupool_stream_acquire(&h[i], CU_STREAM_NON_BLOCKING, 0));
+    for (int i = 0; i < 600; i++)
+        TU_OK(cupool_stream_release(h[i]));
+    pthread_mutex_unlock(&cupool__maint_unit);
+    /* the thread stops at the start of the round after the tick's, with the growth due */
+    gate_class = c;
+    cupool__decay_clock = gated_clock;
+    atomic_store(&gate, GATE_ARMED);
+    atomic_fetch_add(&fake_now, period);
+    (void)cupool__maint_kick(CUPOOL_MAINT_POOLS);
+    while (atomic_load(&gate) != GATE_CAUGHT)
+        sched_yield();
+    TU_OK(cupool_trim());
+    ck_assert_uint_eq(tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).idle, 0);
+    atomic_store(&gate, GATE_OPEN);
+    settle();
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.idle, 0);
+    ck_assert_uint_eq(st.in_use, 0);
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_streams(), 0);
+}
+END_TEST
+
+/* Demand stops and the decay takes the depot down to the low-water mark: it pops whole
+ * magazines and puts back what it keeps, and the moment the last one was out of the depot
+ * was recorded as the depot's low point. The next tick saw a swing, and a low point short of
+ * the low-water mark, and grew the class by it (4 streams, created with nobody asking and
+ * destroyed a decay time later). */
+START_TEST(a_class_whose_demand_stopped_creates_nothing)
+{
+    setenv("CUPOOL_STREAM_PREWARM", "20", 1);
+    setup_decay("1000");
+    churn(256);
+    tick();
+    settle();
+    uint64_t made = mstats().background_creates;
+    for (int i = 0; i < 12; i++) {
+        tick();
+        settle();
+    }
+    ck_assert_uint_eq(mstats().background_creates, made);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.idle, 20 + 32); /* the low-water mark, and this thread's magazines */
+    ck_assert_uint_eq(st.creates, made + 256); /* the prewarmed 20 are of the 256 */
+}
+END_TEST
+
+/* A miss past the warm-up asks for a reserve, which the maintenance thread creates at once;
+ * the depot's low point over that interval was the miss (nothing). The tick then grew the
+ * class by the reserve once more, though the depot held it: 64 kept ahead for a reserve of
+ * 32 (with the headroom the refill's lift was the swing, and the same again). */
+static void refilled_reserve_grown_again(const char *percent)
+{
+    setenv("CUPOOL_HEADROOM_PERCENT", percent, 1);
+    setup_decay("1000");
+    churn(16);
+    tick(); /* past the warm-up: its working set is 16 */
+    CUstream held[17];
+    for (int i = 0; i < 17; i++) /* the 17th misses */
+        TU_OK(cupool_stream_acquire(&held[i], CU_STREAM_NON_BLOCKING, 0));
+    settle(); /* the reserve: 32 */
+    uint64_t made = mstats().background_creates;
+    ck_assert_uint_eq(made, 32);
+    tick();
+    settle();
+    ck_assert_msg(mstats().background_creates == made,
+                  "headroom %s%%: the tick created %llu more for a reserve the depot held", percent,
+                  (unsigned long long)(mstats().background_creates - made));
+    for (int i = 0; i < 17; i++)
+        TU_OK(cupool_stream_release(held[i]));
+}
+
+START_TEST(a_refilled_reserve_is_not_grown_again)
+{
+    refilled_reserve_grown_again("0");
+}
+END_TEST
+
+START_TEST(a_refilled_reserve_is_not_grown_again_with_the_headroom)
+{
+    refilled_reserve_grown_again("100");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("maint");
@@ -541,6 +686,10 @@ int main(void)
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
     tcase_add_test(tc, context_release_keeps_the_thread_off_a_reset_context);
     tcase_add_test(tc, trims_between_requests_create_nothing_ahead);
+    tcase_add_test(tc, a_trim_forgets_the_growth_that_was_due);
+    tcase_add_test(tc, a_class_whose_demand_stopped_creates_nothing);
+    tcase_add_test(tc, a_refilled_reserve_is_not_grown_again);
+    tcase_add_test(tc, a_refilled_reserve_is_not_grown_again_with_the_headroom);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
