@@ -29,7 +29,8 @@ extern _Atomic uint32_t cupool__maint_want;
 /* The unit lock: the maintenance thread holds it around each unit of its driver work (one
  * class's drain, refill or decay step; one graveyard reap), so that cupool_context_release()
  * can wait for the unit in progress and retire a context's classes before the application
- * destroys or resets it. Lock order (docs/design.md, "Locks"): before every lock but
+ * destroys or resets it, and cupool_trim() trims no class while a magazine is being filled
+ * for it. Lock order (docs/design.md, "Locks"): before every lock but
  * reclaim_lock, with which it is never held; held across driver calls and, in
  * cupool_context_release, a graph-cache trim's grace period. Never taken in a forked child,
  * nor by a thread inside a read section. */

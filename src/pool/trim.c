@@ -169,7 +169,12 @@ CUresult cupool_trim(void)
     cupool__read_enter(cupool__th(tc));
     cupool__classes_check_contexts();
     cupool__read_leave(cupool__th(tc));
+    /* the maintenance thread is between units of work while the classes are trimmed: a
+     * magazine it was filling (a refill or a tick's growth) lands before the trim, not after
+     * it, and its next unit finds the class's demand forgotten (not warm) and stops */
+    pthread_mutex_lock(&cupool__maint_unit);
     CUresult first = trim_classes(tc, NULL, 0, false);
+    pthread_mutex_unlock(&cupool__maint_unit);
     atomic_store_explicit(&cupool__hot.reclaim_due, false, CUPOOL_RELAXED);
     cupool__registry_reclaim(10000000u);
     cupool__classes_reclaim(10000000u);
