@@ -562,7 +562,12 @@ static uint64_t gated_clock(void)
  * trim had just emptied, with the class no longer warm and its headroom nothing. */
 START_TEST(a_trim_forgets_the_growth_that_was_due)
 {
-    setup_decay("1000");
+    /* the gated clock from the start (it reads the test's clock until armed): the maintenance
+     * thread reads cupool__decay_clock, which is set before the thread exists */
+    setenv("CUPOOL_DECAY_MS", "1000", 1);
+    cupool__decay_clock = gated_clock;
+    tu_setup();
+    period = cupool__decay_period_ns();
     static CUstream h[600];
     for (int r = 0; r < 3; r++) {
         for (int i = 0; i < 256; i++)
@@ -584,7 +589,6 @@ START_TEST(a_trim_forgets_the_growth_that_was_due)
     pthread_mutex_unlock(&cupool__maint_unit);
     /* the thread stops at the start of the round after the tick's, with the growth due */
     gate_class = c;
-    cupool__decay_clock = gated_clock;
     atomic_store(&gate, GATE_ARMED);
     atomic_fetch_add(&fake_now, period);
     (void)cupool__maint_kick(CUPOOL_MAINT_POOLS);
