@@ -30,7 +30,9 @@
  *   describe     cupool_pipeline_reset + one cupool_pipeline_kernel per node (the per-request
  *                description, unchanged), against a hand-written fill of the same node arrays
  *                (CUDA_KERNEL_NODE_PARAMS, kernelParams, the argument values copied), N = 1,
- *                10, 50; and describe+hit minus hit, per node, from the first table
+ *                10, 50; and describe+hit minus hit, per node, with its floor (floor-filled
+ *                minus floor), from a run of those four ways alone: 20x the launches at
+ *                N = 1, 2x at N = 10, the median of each round's difference
  * The share of launches claimed without the cache lock is printed beside each.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
@@ -514,9 +516,43 @@ struct describe_result {
     int n;
     double hand, hand_calls, cupool; /* ns per description of n kernels, medians: the fill
                                         inline, the fill a call per node, cupool's */
-    double over_hit;       /* describe+hit minus hit, per node, ns (first table) */
-    double fill_over_floor; /* its floor: floor-filled minus floor, per node, ns (first table) */
+    double over_hit;       /* describe+hit minus hit, per node, ns (describe_over) */
+    double fill_over_floor; /* its floor: floor-filled minus floor, per node, ns (the same) */
+    int over_samples;       /* launches per way behind those two */
 };
+
+/*
+ * describe+hit minus hit, and its floor (floor-filled minus floor), per node (ns), from a run
+ * of those four ways alone, in turns launch by launch, `samples` launches each: the median
+ * over the rounds of each round's difference. The difference is small beside the launch it
+ * rides on (about 13 ns of describing on a ~2 us launch at N = 1), so it takes many more
+ * launches than the first table's figures: from that table's 1,000 launches per way, the
+ * difference of the two medians moved between 16 and 53 ns from run to run on one H200.
+ */
+static void describe_over(int n, int samples, double *over_hit, double *fill_over_floor)
+{
+    static const enum way ws[4] = {W_HIT, W_DESCRIBE, W_FLOOR, W_FLOOR_FILLED};
+    struct way_run r[4];
+    for (int k = 0; k < 4; k++)
+        way_setup(&r[k], ws[k], n, samples);
+    for (int it = -3; it < samples; it++)
+        for (int k = 0; k < 4; k++)
+            way_step(&r[(k + (it + 3)) % 4], it);
+    double *d = malloc(sizeof(double) * (size_t)samples),
+           *f = malloc(sizeof(double) * (size_t)samples);
+    for (int it = 0; it < samples; it++) {
+        d[it] = r[1].h[it] - r[0].h[it];
+        f[it] = r[3].h[it] - r[2].h[it];
+    }
+    *over_hit = median(d, samples) / n;
+    *fill_over_floor = median(f, samples) / n;
+    free(d);
+    free(f);
+    for (int k = 0; k < 4; k++) {
+        double host, e2e;
+        way_finish(&r[k], samples, &host, &e2e);
+    }
+}
 
 /* ns per description, medians of `samples` batches (each long enough for the timer not to
  * matter), the two taking turns batch by batch. */
@@ -1315,8 +1351,10 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
         alt_streams(stream_counts[i], iters, &str[i]);
     for (int i = 0; i < 3; i++) {
         describe_cost(sizes[i], iters, &desc[i]);
-        desc[i].over_hit = (host[i][W_DESCRIBE] - host[i][W_HIT]) / sizes[i];
-        desc[i].fill_over_floor = (host[i][W_FLOOR_FILLED] - host[i][W_FLOOR]) / sizes[i];
+        /* 20x the launches at N = 1, 2x at N = 10, as many at N = 50 */
+        desc[i].over_samples = iters * 20 / sizes[i] > iters ? iters * 20 / sizes[i] : iters;
+        describe_over(sizes[i], desc[i].over_samples, &desc[i].over_hit,
+                      &desc[i].fill_over_floor);
     }
     const char *emax = getenv("CUPOOL_GRAPH_EXECS_MAX");
     int execs_max = emax && *emax ? atoi(emax) : 16; /* the default */
@@ -1358,10 +1396,11 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
             fprintf(json, "%s{\"nodes\":%d,\"hand_fill_ns\":%.2f,\"hand_fill_calls_ns\":%.2f,"
                           "\"describe_ns\":%.2f,\"ratio\":%.4f,\"ratio_calls\":%.4f,"
                           "\"describe_hit_minus_hit_per_node_ns\":%.2f,"
-                          "\"filled_floor_minus_floor_per_node_ns\":%.2f}",
+                          "\"filled_floor_minus_floor_per_node_ns\":%.2f,"
+                          "\"minus_launches_per_way\":%d}",
                     i ? "," : "", desc[i].n, desc[i].hand, desc[i].hand_calls, desc[i].cupool,
                     desc[i].cupool / desc[i].hand, desc[i].cupool / desc[i].hand_calls,
-                    desc[i].over_hit, desc[i].fill_over_floor);
+                    desc[i].over_hit, desc[i].fill_over_floor, desc[i].over_samples);
         fprintf(json, "],\"throughput_kernels_per_s\":{\"cupool_1\":%.0f,\"cupool_8\":%.0f,"
                       "\"hand_1\":%.0f,\"hand_8\":%.0f,\"hand_8_one_graph\":%.0f,"
                       "\"hand_8_late\":%.0f}",
@@ -1450,9 +1489,11 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     printf("(hand fill: the nodes' CUDA_KERNEL_NODE_PARAMS, kernelParams and argument values, "
            "inline, and (calls) a call per node taking cupool_pipeline_kernel's arguments; "
            "describe: cupool_pipeline_reset + cupool_pipeline_kernel per node; the last two "
-           "columns from the first table, per node: what describing adds to a hit, and what the "
-           "hand-written fill by calls adds to the floor's launch, in the same interleaved "
-           "run)\n");
+           "columns, per node: what describing adds to a hit, and what the hand-written fill by "
+           "calls adds to the floor's launch, from a run of those four ways alone in turns "
+           "launch by launch, the median of each round's difference, over %d / %d / %d "
+           "launches per way at N = 1 / 10 / 50)\n",
+           desc[0].over_samples, desc[1].over_samples, desc[2].over_samples);
 
     printf("\nby hand (an exec per thread, cuGraphLaunch): 1 stream %.0f kernels/s, 8 threads on "
            "8 streams %.0f kernels/s (%.2fx)%s\n",
