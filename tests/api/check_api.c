@@ -1044,6 +1044,76 @@ START_TEST(context_release_forgets_other_threads_caches)
 }
 END_TEST
 
+/* The same for the explicit pools, whose hits match a record's pool word and load no class:
+ * after cupool_context_release(ctx), a thread whose magazines still hold a stream and an
+ * event of ctx's classes (the context answers with the same id: the checked pool's context
+ * check passes) gets none of them from the pools' acquires, checked or promised. */
+struct crp_worker {
+    pthread_barrier_t *step;
+    cupool_stream_pool_t sp, psp;
+    cupool_event_pool_t ep;
+    CUstream s1, s2, p1, p2;
+    CUevent e1, e2;
+    CUresult r[6];
+};
+
+static void *crp_worker_main(void *arg)
+{
+    struct crp_worker *w = arg;
+    tu.cuCtxSetCurrent(tu_ctx);
+    w->r[0] = cupool_stream_pool_acquire(w->sp, &w->s1);
+    w->r[1] = cupool_stream_pool_acquire(w->psp, &w->p1);
+    w->r[2] = cupool_event_pool_acquire(w->ep, &w->e1);
+    if (w->r[0] == CUDA_SUCCESS) /* all three now in this thread's magazines */
+        w->r[0] = cupool_stream_pool_release(w->sp, w->s1, 0);
+    if (w->r[1] == CUDA_SUCCESS)
+        w->r[1] = cupool_stream_pool_release(w->psp, w->p1, CUPOOL_RELEASE_NOT_CAPTURING);
+    if (w->r[2] == CUDA_SUCCESS)
+        w->r[2] = cupool_event_pool_release(w->ep, w->e1);
+    pthread_barrier_wait(w->step); /* main: cupool_context_release */
+    pthread_barrier_wait(w->step);
+    w->r[3] = cupool_stream_pool_acquire(w->sp, &w->s2);
+    w->r[4] = cupool_stream_pool_acquire(w->psp, &w->p2);
+    w->r[5] = cupool_event_pool_acquire(w->ep, &w->e2);
+    return NULL;
+}
+
+START_TEST(context_release_retires_explicit_pools_in_other_threads)
+{
+    pthread_barrier_t step;
+    pthread_barrier_init(&step, NULL, 2);
+    struct crp_worker w = {.step = &step};
+    TU_OK(cupool_stream_pool_get(&w.sp, tu_ctx, CU_STREAM_NON_BLOCKING, 0));
+    TU_OK(cupool_stream_pool_get(&w.psp, tu_ctx,
+                                 CU_STREAM_NON_BLOCKING | CUPOOL_POOL_CONTEXT_OUTLIVES, 0));
+    TU_OK(cupool_event_pool_get(&w.ep, tu_ctx, CU_EVENT_DISABLE_TIMING));
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, crp_worker_main, &w), 0);
+    pthread_barrier_wait(&step);
+    TU_OK(cupool_context_release(tu_ctx));
+    pthread_barrier_wait(&step);
+    pthread_join(t, NULL);
+    pthread_barrier_destroy(&step);
+    for (int i = 0; i < 3; i++)
+        TU_OK(w.r[i]);
+    /* whatever the pools answer now, none hands out what the retired classes held */
+    if (w.r[3] == CUDA_SUCCESS)
+        ck_assert_ptr_ne(w.s2, w.s1);
+    if (w.r[4] == CUDA_SUCCESS)
+        ck_assert_ptr_ne(w.p2, w.p1);
+    if (w.r[5] == CUDA_SUCCESS)
+        ck_assert_ptr_ne(w.e2, w.e1);
+    printf("explicit pools after cupool_context_release: %d %d %d\n", (int)w.r[3], (int)w.r[4],
+           (int)w.r[5]);
+    if (w.r[3] == CUDA_SUCCESS)
+        TU_OK(cupool_stream_release(w.s2));
+    if (w.r[4] == CUDA_SUCCESS)
+        TU_OK(cupool_stream_release(w.p2));
+    if (w.r[5] == CUDA_SUCCESS)
+        TU_OK(cupool_event_release(w.e2));
+}
+END_TEST
+
 static Suite *api_suite(void)
 {
     Suite *s = suite_create("api");
@@ -1067,6 +1137,7 @@ static Suite *api_suite(void)
     tcase_add_test(tc, event_bad_flags);
     tcase_add_test(tc, cross_thread_release);
     tcase_add_test(tc, context_release_forgets_other_threads_caches);
+    tcase_add_test(tc, context_release_retires_explicit_pools_in_other_threads);
     tcase_add_test(tc, thread_exit_returns_magazines);
     tcase_add_test(tc, stats_get_and_print);
     tcase_add_test(tc, context_reset_old_handles_harmless);
