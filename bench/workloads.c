@@ -948,6 +948,7 @@ enum op {
     OP_CUPOOL_KEYS,    /* the same, keys taken in turn */
     OP_HAND_CTX,       /* a hand-written pool out of line: the pool row's calls + records */
     OP_HAND_NULL,      /* the same with cuCtxGetId(NULL): the current-context row's */
+    OP_HAND_GUARDED,   /* OP_HAND_CTX with the guarantees cupool gives: guard, retire, counts */
     OP_FLOOR_CTX,      /* pop + cuCtxGetId(ctx) + cuStreamIsCapturing, push */
     OP_FLOOR_NULL,     /* pop + cuCtxGetId(NULL) + cuStreamIsCapturing, push */
     OP_FLOOR_KEYS,     /* the same on one driver-made stream per key, taken in turn */
@@ -993,10 +994,14 @@ struct hpool_tls {
     struct hpool_rec *items[16];
     unsigned int count;
     struct hpool_rec *last;
+    _Atomic unsigned int in_driver; /* the guarded pool's: raised around its driver calls */
+    unsigned long long acquires, releases; /* the guarded pool's statistics */
     struct hpool_rec recs[16];
 };
 static __thread struct hpool_tls *hpool_tl;
 static unsigned long long hpool_ctx_id;
+/* The guarded pool's lifecycle state (1: running) and its pool's liveness (1: not retired). */
+static _Atomic int hpool_running = 1, hpool_alive = 1;
 
 static __attribute__((noinline)) CUresult hpool_acquire(CUcontext c, CUstream *out)
 {
@@ -1035,6 +1040,69 @@ static __attribute__((noinline)) CUresult hpool_release(CUstream s)
 static CUresult (*volatile hpool_acquire_fn)(CUcontext, CUstream *) = hpool_acquire;
 static CUresult (*volatile hpool_release_fn)(CUstream) = hpool_release;
 
+/*
+ * The same pool with what cupool's explicit pool promises beyond the ownership check, written
+ * the least costly way: its driver calls under a guard that a closing thread can wait for
+ * (the thread's in-driver count raised, a compiler fence, the lifecycle state read: the
+ * reader's side of an asymmetric handshake whose closer issues membarrier(2); the count
+ * lowered after the calls), a pool that can be retired (its liveness read before a hit), the
+ * lifecycle state read on release (no push once closing began), and one statistics count per
+ * acquire and per release. Its floor row: what these guarantees cost a hand-written pool.
+ */
+static __attribute__((noinline)) CUresult hpool_acquire_guarded(CUcontext c, CUstream *out)
+{
+    struct hpool_tls *t = hpool_tl;
+    if (t == NULL || t->count == 0 || !atomic_load_explicit(&hpool_alive, memory_order_relaxed))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct hpool_rec *rec = t->items[t->count - 1];
+    if (rec->state != 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    atomic_store_explicit(&t->in_driver,
+                          atomic_load_explicit(&t->in_driver, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_signal_fence(memory_order_seq_cst);
+    CUresult r = CUDA_ERROR_DEINITIALIZED;
+    if (atomic_load_explicit(&hpool_running, memory_order_relaxed)) {
+        unsigned long long id;
+        CUstreamCaptureStatus cs;
+        r = d.cuCtxGetId(c, &id);
+        if (r == CUDA_SUCCESS && id != hpool_ctx_id)
+            r = CUDA_ERROR_INVALID_CONTEXT;
+        if (r == CUDA_SUCCESS)
+            r = d.cuStreamIsCapturing(rec->handle, &cs);
+        if (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE)
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    atomic_store_explicit(&t->in_driver,
+                          atomic_load_explicit(&t->in_driver, memory_order_relaxed) - 1,
+                          memory_order_release);
+    if (r != CUDA_SUCCESS)
+        return r;
+    t->count--;
+    rec->state = 1;
+    t->acquires++;
+    t->last = rec;
+    *out = rec->handle;
+    return CUDA_SUCCESS;
+}
+
+static __attribute__((noinline)) CUresult hpool_release_guarded(CUstream s)
+{
+    struct hpool_tls *t = hpool_tl;
+    struct hpool_rec *rec = t ? t->last : NULL;
+    if (rec == NULL || rec->handle != s || rec->state != 1 || t->count == 16 ||
+        !atomic_load_explicit(&hpool_running, memory_order_relaxed))
+        return CUDA_ERROR_INVALID_HANDLE;
+    rec->state = 0;
+    t->items[t->count++] = rec;
+    t->releases++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult (*volatile hpool_acquire_guarded_fn)(CUcontext, CUstream *) =
+    hpool_acquire_guarded;
+static CUresult (*volatile hpool_release_guarded_fn)(CUstream) = hpool_release_guarded;
+
 static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, enum op op,
                                                                 int timed)
 {
@@ -1061,6 +1129,7 @@ static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, 
     case OP_CUPOOL: r = cupool_stream_acquire(&s, SFLAGS, 0); break;
     case OP_HAND_CTX: r = hpool_acquire_fn(ctx, &s); break;
     case OP_HAND_NULL: r = hpool_acquire_fn(NULL, &s); break;
+    case OP_HAND_GUARDED: r = hpool_acquire_guarded_fn(ctx, &s); break;
     case OP_CUPOOL_KEYS: {
         const struct key *k = &j->keys[j->k];
         j->k = j->k + 1 == j->nkeys ? 0 : j->k + 1;
@@ -1101,6 +1170,7 @@ static inline __attribute__((always_inline)) CUresult pair_once(struct pjob *j, 
     case OP_CUPOOL_KEYS: r = cupool_stream_release(s); break;
     case OP_HAND_CTX:
     case OP_HAND_NULL: r = hpool_release_fn(s); break;
+    case OP_HAND_GUARDED: r = hpool_release_guarded_fn(s); break;
     case OP_FLOOR_KEYS:
         j->stack[j->k] = s;
         j->k = j->k + 1 == j->nkeys ? 0 : j->k + 1;
@@ -1138,6 +1208,7 @@ static CUresult pairs(struct pjob *j, long n, int timed)
         PAIR_CASE(OP_CUPOOL_KEYS)
         PAIR_CASE(OP_HAND_CTX)
         PAIR_CASE(OP_HAND_NULL)
+        PAIR_CASE(OP_HAND_GUARDED)
         PAIR_CASE(OP_FLOOR_CTX)
         PAIR_CASE(OP_FLOOR_NULL)
         PAIR_CASE(OP_FLOOR_KEYS)
@@ -1160,7 +1231,7 @@ static void *pair_thread(void *arg)
         WCHECK(d.cuStreamCreateWithPriority(&j->fs, SFLAGS, 0));
         j->stack[0] = j->fs;
         j->count = 1;
-    } else if (j->op == OP_HAND_CTX || j->op == OP_HAND_NULL) {
+    } else if (j->op == OP_HAND_CTX || j->op == OP_HAND_NULL || j->op == OP_HAND_GUARDED) {
         hpool_tl = calloc(1, sizeof *hpool_tl);
         if (!hpool_tl)
             wl_fail("calloc", CUDA_ERROR_OUT_OF_MEMORY, NULL);
@@ -1765,10 +1836,13 @@ static void wl_explicit(void)
         const char *name;
         enum op op, fop;
         const char *floor;
-    } v[7] = {
+    } v[8] = {
         {"pool", OP_POOL, OP_FLOOR_CTX, "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
         /* the least a library pool with an ownership check does (hand_acquire) */
         {"by hand: pool", OP_HAND_CTX, OP_FLOOR_CTX,
+         "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
+        /* the same with cupool's guarantees beyond the check (hpool_acquire_guarded) */
+        {"by hand, guarded: pool", OP_HAND_GUARDED, OP_FLOOR_CTX,
          "cuCtxGetId(ctx) + cuStreamIsCapturing + pop/push"},
         /* what the checked pair is made of: the check-free pair and the same two calls */
         {"pool-promised + the calls inline", OP_PROMISED_CALLS, OP_FLOOR_CTX,
@@ -1782,7 +1856,7 @@ static void wl_explicit(void)
     };
     static const int threads[2] = {1, 16};
     WCHECK(d.cuCtxGetId(ctx, &hpool_ctx_id));
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         for (int t = 0; t < 2; t++) {
             long n = iters(threads[t] == 1 ? 1000000 : 250000);
             struct row *row = row_new(W_EXPLICIT, "pair", "%s, %d thread%s", v[i].name,
@@ -2537,7 +2611,7 @@ static void key_figures(void)
     for (int i = 0; i < nrows; i++)
         if (rows[i].wl == W_EXPLICIT && !strncmp(rows[i].name, "pool-promised +", 15))
             continue; /* what the checked pair is made of: no target of its own */
-        else if (rows[i].wl == W_EXPLICIT && !strncmp(rows[i].name, "by hand: ", 9))
+        else if (rows[i].wl == W_EXPLICIT && !strncmp(rows[i].name, "by hand", 7))
             key_add(rows[i].ns / rows[i].floor_ns, "x", -1,
                     "explicit %s / its floor (no target)", rows[i].name);
         else if (rows[i].wl == W_EXPLICIT && (!strncmp(rows[i].name, "pool,", 5) ||
@@ -2550,13 +2624,16 @@ static void key_figures(void)
     for (int t = 0; t < 2; t++)
         for (int k = 0; k < 2; k++) {
             /* cupool's pairs against the hand-written pool's, in the same run */
-            char a[48], b[64];
+            char a[48], b[80];
             snprintf(a, sizeof a, "%s, %s", k ? "current-context" : "pool",
                      t ? "16 threads" : "1 thread");
             snprintf(b, sizeof b, "by hand: %s", a);
             const struct row *c = find_row(W_EXPLICIT, a, 0), *h = find_row(W_EXPLICIT, b, 0);
             if (c && h && h->ns > 0)
                 key_add(c->ns / h->ns, "x", -1, "explicit %s / the same by hand", a);
+            snprintf(b, sizeof b, "by hand, guarded: %s", a);
+            if (c && !k && (h = find_row(W_EXPLICIT, b, 0)) && h->ns > 0)
+                key_add(c->ns / h->ns, "x", -1, "explicit %s / the same by hand, guarded", a);
         }
     for (int t = 0; t < 2; t++) {
         /* the checked pair against its parts: the check-free pair and the two calls inline */
