@@ -365,8 +365,11 @@ uint64_t cupool__pools_maintain(void)
         if (err == CUDA_SUCCESS && (w & CUPOOL_CLASS_WANT_REFILL)) {
             if (class_refill(c, MAINT_MAGS, &err))
                 again = true;
-            else
+            else if (err == CUDA_SUCCESS)
                 w &= ~CUPOOL_CLASS_WANT_REFILL;
+            /* else a passing driver error cut it short: still asked for, the next round
+             * tries again (the depot may hold half of it or more already, and no exchange
+             * would ask again before the next one empties it) */
         }
         if (err == CUDA_SUCCESS && c->grow_due > 0)
             again |= class_grow(c, MAINT_MAGS, &err);

@@ -448,9 +448,9 @@ END_TEST
 
 START_TEST(failed_destroys_on_the_maintenance_thread_are_retried)
 {
+    setup_decay("1000"); /* resolves tu_fake: before it, present is 0 on any driver */
     if (!tu_fake.present)
         return;
-    setup_decay("1000");
     churn(96);
     for (int i = 0; i < 4; i++)
         tick();
@@ -667,6 +667,44 @@ START_TEST(a_refilled_reserve_is_not_grown_again_with_the_headroom)
 }
 END_TEST
 
+/* A miss past the warm-up asks for a reserve of two magazines; the maintenance thread's
+ * creates fail for a while once the first magazine is filled (a passing driver error). A round
+ * after the error passed must create the rest. The refill's request was dropped with the
+ * error, and a depot holding half the reserve is one no exchange asks to fill: the class kept
+ * 16 ahead, not 32, until a request thread emptied the depot again. */
+START_TEST(a_refill_cut_short_by_a_driver_error_is_finished)
+{
+    setenv("CUPOOL_HEADROOM_PERCENT", "0", 1); /* the reserve alone */
+    setup_decay("1000");
+    if (!tu_fake.present)
+        return;
+    churn(16);
+    tick(); /* past the warm-up: its working set is 16 */
+    CUstream held[17];
+    /* the thread is held off until the fault is in place: the 17th acquire misses, asks for
+     * the reserve (32) and creates its own stream */
+    pthread_mutex_lock(&cupool__maint_unit);
+    for (int i = 0; i < 17; i++)
+        TU_OK(cupool_stream_acquire(&held[i], CU_STREAM_NON_BLOCKING, 0));
+    /* the thread's creates fail from its 17th on: the first magazine (16) is in the depot */
+    tu_fake.fault("cuStreamCreateWithPriority", 16, -1, CUDA_ERROR_OUT_OF_MEMORY);
+    tu_fake.fault("cuStreamCreate", 16, -1, CUDA_ERROR_OUT_OF_MEMORY);
+    pthread_mutex_unlock(&cupool__maint_unit);
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    ck_assert_uint_eq(mstats().background_creates, 16);
+    tu_fake.fault_clear(); /* the error passed */
+    settle();
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_msg(st.idle == 32, "the depot holds %llu of the reserve of 32 after the error",
+                  (unsigned long long)st.idle);
+    ck_assert_uint_eq(mstats().background_creates, 32);
+    ck_assert_uint_eq(mstats().request_creates, 17);
+    for (int i = 0; i < 17; i++)
+        TU_OK(cupool_stream_release(held[i]));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("maint");
@@ -694,6 +732,7 @@ int main(void)
     tcase_add_test(tc, a_class_whose_demand_stopped_creates_nothing);
     tcase_add_test(tc, a_refilled_reserve_is_not_grown_again);
     tcase_add_test(tc, a_refilled_reserve_is_not_grown_again_with_the_headroom);
+    tcase_add_test(tc, a_refill_cut_short_by_a_driver_error_is_finished);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
