@@ -43,7 +43,8 @@ static pthread_t maint_thread;
  * completed round had seen when it began. */
 static _Atomic uint64_t flush_asked, flush_done;
 /* Set while the thread looks again within a millisecond (a class keeps a reserve to fill):
- * a nudge then needs no wake-up. */
+ * a nudge then needs no wake-up. Stored by the thread, sequentially consistent, before it
+ * exchanges cupool__maint_want; a nudge ORs want, then loads this again (cupool__maint_nudge). */
 static _Atomic bool maint_polling;
 /* Set while it looks at the graveyard again within a millisecond (cupool__maint_graves_polling). */
 static _Atomic bool maint_graves_polling;
@@ -109,7 +110,10 @@ static void *maint_main(void *arg)
             next_tick = now + period;
         if ((want & CUPOOL_MAINT_POOLS) || tick || now >= next_pools) {
             uint64_t d = cupool__pools_maintain();
-            atomic_store_explicit(&maint_polling, d <= 1000000u, CUPOOL_RELAXED);
+            /* sequentially consistent, as the exchange of want below and a nudger's OR of it
+             * and its load of this flag: a thread that stops polling either sees a bit a
+             * nudger set, or that nudger sees it stopped and wakes it (cupool__maint_nudge) */
+            atomic_store(&maint_polling, d <= 1000000u);
             uint64_t at = cupool__monotonic_ns();
             /* saturated: a wait past the clock's end is no deadline at all */
             next_pools = d >= UINT64_MAX - at ? UINT64_MAX : at + d;
@@ -213,8 +217,20 @@ bool cupool__maint_nudge(uint32_t what)
         return cupool__maint_kick(what);
     if (!cupool__cfg.background || cupool__state_now() != CUPOOL_ST_RUNNING)
         return false;
-    if ((atomic_load_explicit(&cupool__maint_want, CUPOOL_RELAXED) & what) != what)
+    if ((atomic_load_explicit(&cupool__maint_want, CUPOOL_RELAXED) & what) != what) {
         atomic_fetch_or(&cupool__maint_want, what);
+        /* The thread may have stopped polling since the load above and gone to sleep past
+         * this bit, which no kick would then signal (they find it set). Both sides are
+         * sequentially consistent: the thread stores maint_polling, then exchanges want; this
+         * ORs want, then loads maint_polling. So either its exchange sees the bit, or this
+         * sees it stopped, and wakes it under the lock it sleeps with. */
+        if (!atomic_load(&maint_polling)) {
+            pthread_mutex_lock(&maint_lock);
+            if (maint_sleeping)
+                pthread_cond_signal(&maint_cond);
+            pthread_mutex_unlock(&maint_lock);
+        }
+    }
     return true;
 }
 
