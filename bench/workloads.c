@@ -144,8 +144,8 @@ static void wl_usage(FILE *f)
             "service-mix rows: checked (pools that check their context, streams released\n"
             "unvouched) and promised (CUPOOL_POOL_CONTEXT_OUTLIVES pools, streams released\n"
             "vouched: no driver call on a request thread). The run ends with the key figures,\n"
-            "each against its target (stated for the H200: on the simulated driver NOT MET\n"
-            "means nothing; (aim): a goal, not a requirement). cupool-bench(1) says more.\n");
+            "each against its target (stated for the H200: on the simulated driver they get\n"
+            "no verdict; (aim): a goal, not a requirement). cupool-bench(1) says more.\n");
 }
 
 /* 0: go on; 1: --help printed (exit 0); 2: bad arguments (printed). */
@@ -2799,11 +2799,11 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
                (unsigned long long)m.background_destroys, (unsigned long long)m.request_creates,
                (unsigned long long)m.request_destroys);
         if (nkeys_out)
-            printf("\nkey figures%s (target in brackets; targets are stated for the H200%s;\n"
-                   "(aim): a goal, not a requirement):\n",
+            printf("\nkey figures%s: each value against its target in brackets, stated for the "
+                   "H200; (aim): a goal, not a requirement%s\n",
                    label,
-                   label[0] ? ": on the simulated driver there is no verdict, the figures time "
-                              "the simulation; docs/benchmarks.md has the H200's"
+                   label[0] ? "\n(on the simulated driver there is no verdict: the figures time "
+                              "the simulation; docs/benchmarks.md has the H200's)"
                             : "");
         for (int i = 0; i < nkeys_out; i++) {
             const struct key_fig *k = &keys_out[i];
