@@ -218,6 +218,8 @@ bool cupool__maint_nudge(uint32_t what)
     if (!cupool__cfg.background || cupool__state_now() != CUPOOL_ST_RUNNING)
         return false;
     if ((atomic_load_explicit(&cupool__maint_want, CUPOOL_RELAXED) & what) != what) {
+        if (CUPOOL_UNLIKELY(cupool__maint_nudge_hook != NULL))
+            cupool__maint_nudge_hook();
         atomic_fetch_or(&cupool__maint_want, what);
         /* The thread may have stopped polling since the load above and gone to sleep past
          * this bit, which no kick would then signal (they find it set). Both sides are
@@ -268,6 +270,13 @@ bool cupool__maint_flush(uint64_t timeout_ns)
         nanosleep(&ts, NULL);
     }
     return true;
+}
+
+void (*cupool__maint_nudge_hook)(void);
+
+void cupool__maint_polling_set(bool polling)
+{
+    atomic_store(&maint_polling, polling);
 }
 
 bool cupool__maint_polling(void)

@@ -88,6 +88,11 @@ bool cupool__maint_flush(uint64_t timeout_ns);
 /* Whether the thread's last round asked to look again within a millisecond (a reserve to
  * fill). For tests: an idle process must not keep it polling. */
 bool cupool__maint_polling(void);
+/* Tests only: called, when set, by cupool__maint_nudge between its load of the polling flag
+ * and its OR of the bit (a test plays the thread's side of that race there); and a store of
+ * the polling flag as the thread's round makes it. NULL, and unused, otherwise. */
+extern void (*cupool__maint_nudge_hook)(void);
+void cupool__maint_polling_set(bool polling);
 /* Whether the thread's last round left it looking at the graveyard again within a
  * millisecond (graves whose launches it waits for). For tests: as above. */
 bool cupool__maint_graves_polling(void);

@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -705,6 +706,48 @@ START_TEST(a_refill_cut_short_by_a_driver_error_is_finished)
 }
 END_TEST
 
+/* A nudge that races the thread leaving its polling state (cupool__maint_nudge): the nudger
+ * finds the thread polling, and before its bit lands the thread stores that it stopped,
+ * takes `want` (empty) and goes to sleep. The bit must still wake it. With the test's clock
+ * and a decay time of an hour the thread's next deadline is its tick, 15 minutes away, so a
+ * lost wake-up outlasts the test's wait (it did: the bit stayed set, and every kick after it
+ * found the bit set and returned). */
+static void thread_stops_polling(void)
+{
+    cupool__maint_polling_set(false); /* the thread is asleep already: see the test */
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+START_TEST(a_nudge_racing_the_thread_leaving_its_polling_wakes_it)
+{
+    setup_decay("3600000"); /* its next tick 15 minutes away: a lost bit waits that long */
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0)); /* the thread exists */
+    TU_OK(cupool_stream_release(s));
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* then sleeps: no deadline on the test clock */
+    ck_assert_uint_eq(atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS, 0);
+    uint64_t woke = atomic_load(&cupool__maint_wakeups);
+    cupool__maint_polling_set(true); /* as a round that left a reserve to fill stores it */
+    cupool__maint_nudge_hook = thread_stops_polling;
+    ck_assert(cupool__maint_nudge(CUPOOL_MAINT_POOLS));
+    cupool__maint_nudge_hook = NULL;
+    /* the thread takes the bit in a round of its own: wait for it (no kick, which would
+     * wake it whatever the nudge did), for at most FLUSH_NS */
+    uint64_t deadline = now_ns() + FLUSH_NS;
+    while ((atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS) && now_ns() < deadline)
+        sched_yield();
+    ck_assert_msg(!(atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS),
+                  "the nudge's bit is still waiting: the thread sleeps past it");
+    ck_assert_uint_gt(atomic_load(&cupool__maint_wakeups), woke);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("maint");
@@ -733,6 +776,7 @@ int main(void)
     tcase_add_test(tc, a_refilled_reserve_is_not_grown_again);
     tcase_add_test(tc, a_refilled_reserve_is_not_grown_again_with_the_headroom);
     tcase_add_test(tc, a_refill_cut_short_by_a_driver_error_is_finished);
+    tcase_add_test(tc, a_nudge_racing_the_thread_leaving_its_polling_wakes_it);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
