@@ -737,10 +737,12 @@ START_TEST(a_nudge_racing_the_thread_leaving_its_polling_wakes_it)
     cupool__maint_nudge_hook = thread_stops_polling;
     ck_assert(cupool__maint_nudge(CUPOOL_MAINT_POOLS));
     cupool__maint_nudge_hook = NULL;
-    /* the thread takes the bit in a round of its own: wait for it (no kick, which would
+    /* the thread takes the bit, then counts the wake-up: wait for both (no kick, which would
      * wake it whatever the nudge did), for at most FLUSH_NS */
     uint64_t deadline = now_ns() + FLUSH_NS;
-    while ((atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS) && now_ns() < deadline)
+    while (((atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS) ||
+            atomic_load(&cupool__maint_wakeups) == woke) &&
+           now_ns() < deadline)
         sched_yield();
     ck_assert_msg(!(atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS),
                   "the nudge's bit is still waiting: the thread sleeps past it");
