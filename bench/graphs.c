@@ -537,8 +537,8 @@ static double mid_mean(double *v, int n)
 /*
  * describe+hit minus hit, and its floor (floor-filled minus floor), per node (ns), from a run
  * of those four ways alone, in turns launch by launch, `samples` launches each: the
- * interquartile mean over the rounds of each round's difference. The difference is small beside the launch it
- * rides on (about 13 ns of describing on a ~2 us launch at N = 1), so it takes many more
+ * interquartile mean of the rounds' differences. The difference is small beside the launch
+ * it rides on (about 13 ns of describing on a ~2 us launch at N = 1), so it takes many more
  * launches than the first table's figures: from that table's 1,000 launches per way, the
  * difference of the two medians moved between 16 and 53 ns from run to run on one H200.
  */

@@ -170,6 +170,16 @@ static bool maint_start(void)
     return on;
 }
 
+/* Wakes the thread if it sleeps: under the lock it sleeps with, so that a thread about to
+ * sleep (it read want under the lock) is signalled once it waits. */
+static void maint_wake(void)
+{
+    pthread_mutex_lock(&maint_lock);
+    if (maint_sleeping)
+        pthread_cond_signal(&maint_cond);
+    pthread_mutex_unlock(&maint_lock);
+}
+
 bool cupool__maint_kick(uint32_t what)
 {
     if (!cupool__cfg.background || cupool__state_now() != CUPOOL_ST_RUNNING)
@@ -184,10 +194,7 @@ bool cupool__maint_kick(uint32_t what)
     atomic_fetch_or(&cupool__maint_want, what);
     if (cupool__maint_self)
         return true; /* it looks at want before it sleeps */
-    pthread_mutex_lock(&maint_lock);
-    if (maint_sleeping)
-        pthread_cond_signal(&maint_cond);
-    pthread_mutex_unlock(&maint_lock);
+    maint_wake();
     return true;
 }
 
@@ -225,13 +232,9 @@ bool cupool__maint_nudge(uint32_t what)
          * this bit, which no kick would then signal (they find it set). Both sides are
          * sequentially consistent: the thread stores maint_polling, then exchanges want; this
          * ORs want, then loads maint_polling. So either its exchange sees the bit, or this
-         * sees it stopped, and wakes it under the lock it sleeps with. */
-        if (!atomic_load(&maint_polling)) {
-            pthread_mutex_lock(&maint_lock);
-            if (maint_sleeping)
-                pthread_cond_signal(&maint_cond);
-            pthread_mutex_unlock(&maint_lock);
-        }
+         * sees it stopped, and wakes it. */
+        if (!atomic_load(&maint_polling))
+            maint_wake();
     }
     return true;
 }

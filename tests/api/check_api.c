@@ -1044,10 +1044,10 @@ START_TEST(context_release_forgets_other_threads_caches)
 }
 END_TEST
 
-/* The same for the explicit pools, whose hits match a record's pool word and load no class:
- * after cupool_context_release(ctx), a thread whose magazines still hold a stream and an
- * event of ctx's classes (the context answers with the same id: the checked pool's context
- * check passes) gets none of them from the pools' acquires, checked or promised. */
+/* The same for the explicit pools, whose hits skip the class cache: after
+ * cupool_context_release(ctx), a thread whose magazines still hold a stream and an event of
+ * ctx's classes (the context answers with the same id: the checked pool's context check
+ * passes) gets none of them from the pools' acquires, checked or promised. */
 struct crp_worker {
     pthread_barrier_t *step;
     cupool_stream_pool_t sp, psp;

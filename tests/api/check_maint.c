@@ -717,20 +717,13 @@ static void thread_stops_polling(void)
     cupool__maint_polling_set(false); /* the thread is asleep already: see the test */
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 START_TEST(a_nudge_racing_the_thread_leaving_its_polling_wakes_it)
 {
     setup_decay("3600000"); /* its next tick 15 minutes away: a lost bit waits that long */
     CUstream s;
     TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0)); /* the thread exists */
     TU_OK(cupool_stream_release(s));
-    ck_assert(cupool__maint_flush(FLUSH_NS)); /* then sleeps: no deadline on the test clock */
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* then sleeps until its tick */
     ck_assert_uint_eq(atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS, 0);
     uint64_t woke = atomic_load(&cupool__maint_wakeups);
     cupool__maint_polling_set(true); /* as a round that left a reserve to fill stores it */
@@ -739,10 +732,10 @@ START_TEST(a_nudge_racing_the_thread_leaving_its_polling_wakes_it)
     cupool__maint_nudge_hook = NULL;
     /* the thread takes the bit, then counts the wake-up: wait for both (no kick, which would
      * wake it whatever the nudge did), for at most FLUSH_NS */
-    uint64_t deadline = now_ns() + FLUSH_NS;
+    uint64_t deadline = cupool__monotonic_ns() + FLUSH_NS;
     while (((atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS) ||
             atomic_load(&cupool__maint_wakeups) == woke) &&
-           now_ns() < deadline)
+           cupool__monotonic_ns() < deadline)
         sched_yield();
     ck_assert_msg(!(atomic_load(&cupool__maint_want) & CUPOOL_MAINT_POOLS),
                   "the nudge's bit is still waiting: the thread sleeps past it");
