@@ -362,15 +362,23 @@ uint64_t cupool__pools_maintain(void)
             if (err == CUDA_SUCCESS && atomic_load_explicit(&c->retire_idle, CUPOOL_RELAXED))
                 again = true, w |= CUPOOL_CLASS_WANT_DRAIN;
         }
+        /* the refill's own error: it holds off no decay (below) */
+        CUresult refill_err = CUDA_SUCCESS;
         if (err == CUDA_SUCCESS && (w & CUPOOL_CLASS_WANT_REFILL)) {
-            if (class_refill(c, MAINT_MAGS, &err))
+            if (class_refill(c, MAINT_MAGS, &refill_err))
                 again = true;
-            else if (err == CUDA_SUCCESS)
+            else if (refill_err == CUDA_SUCCESS)
                 w &= ~CUPOOL_CLASS_WANT_REFILL;
             /* else a passing driver error cut it short: still asked for, the next round
              * tries again (the depot may hold half of it or more already, and no exchange
-             * would ask again before the next one empties it) */
+             * would ask again before the next one empties it). The class's tick still runs:
+             * an error that does not pass would otherwise hold off the decay of the reserve
+             * it fails to fill, and the thread would try again every 100 ms for good; the
+             * reserve, which no miss renews, halves until the depot meets it */
         }
+        if (refill_err != CUDA_SUCCESS)
+            c->grow_due = 0; /* its creates would fail as the refill's did: the next tick
+                              * looks again (as class_grow does on an error) */
         if (err == CUDA_SUCCESS && c->grow_due > 0)
             again |= class_grow(c, MAINT_MAGS, &err);
         else if (err == CUDA_SUCCESS && c->decay_due > 0)
@@ -386,9 +394,9 @@ uint64_t cupool__pools_maintain(void)
             w |= CUPOOL_CLASS_WANT_REFILL;
             again = true;
         }
-        if (err != CUDA_SUCCESS)
+        if (err != CUDA_SUCCESS || refill_err != CUDA_SUCCESS)
             failed = true; /* a passing driver error: the next round tries again */
-        else
+        if (err == CUDA_SUCCESS)
             w &= ~CUPOOL_CLASS_WANT_DRAIN;
         if (w)
             atomic_fetch_or_explicit(&c->want, w, CUPOOL_RELAXED);

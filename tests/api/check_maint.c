@@ -706,6 +706,58 @@ START_TEST(a_refill_cut_short_by_a_driver_error_is_finished)
 }
 END_TEST
 
+static unsigned long stream_creates_all(void)
+{
+    return tu_fake.calls("cuStreamCreate") + tu_fake.calls("cuStreamCreateWithPriority");
+}
+
+/* As above, but the error does not pass (the device's memory stays full). The refill stays
+ * asked for, and the class's decay must still run: the reserve, which no miss renews, halves
+ * each tick until the depot's half of it meets it, and the refill is then done; the idle
+ * handles nothing uses decay. When the refill's error held off the class's tick as well, the
+ * reserve never decayed: the thread tried again every 100 ms for as long as the error lasted
+ * (a driver call each time), and the class's idle handles never decayed either. */
+START_TEST(a_refill_failing_for_good_lets_the_class_decay)
+{
+    setenv("CUPOOL_HEADROOM_PERCENT", "0", 1); /* the reserve alone */
+    setup_decay("1000");
+    if (!tu_fake.present)
+        return;
+    churn(16);
+    tick(); /* past the warm-up: its working set is 16 */
+    CUstream held[17];
+    pthread_mutex_lock(&cupool__maint_unit);
+    for (int i = 0; i < 17; i++) /* the 17th misses and asks for the reserve (32) */
+        TU_OK(cupool_stream_acquire(&held[i], CU_STREAM_NON_BLOCKING, 0));
+    tu_fake.fault("cuStreamCreateWithPriority", 16, -1, CUDA_ERROR_OUT_OF_MEMORY);
+    tu_fake.fault("cuStreamCreate", 16, -1, CUDA_ERROR_OUT_OF_MEMORY);
+    pthread_mutex_unlock(&cupool__maint_unit);
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    ck_assert_uint_eq(mstats().background_creates, 16);
+    /* no demand for a while: the reserve decays (two ticks bring it to the 16 the depot
+     * holds), then the depot's 16, idle through a decay time, go */
+    for (int i = 0; i < 8; i++)
+        tick();
+    unsigned long tried = stream_creates_all();
+    for (int i = 0; i < 4; i++)
+        tick();
+    struct timespec ts = {0, 300000000}; /* past the thread's 100 ms retry, three times */
+    nanosleep(&ts, NULL);
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    ck_assert_msg(stream_creates_all() == tried,
+                  "the thread still tries to refill a reserve no miss asked for again: %lu more "
+                  "creates after 12 ticks",
+                  stream_creates_all() - tried);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_msg(st.destroys == 16, "the class's idle handles decayed by %llu, not 16",
+                  (unsigned long long)st.destroys);
+    ck_assert_uint_eq(mstats().background_creates, 16);
+    tu_fake.fault_clear();
+    for (int i = 0; i < 17; i++)
+        TU_OK(cupool_stream_release(held[i]));
+}
+END_TEST
+
 /* A nudge that races the thread leaving its polling state (cupool__maint_nudge): the nudger
  * finds the thread polling, and before its bit lands the thread stores that it stopped,
  * takes `want` (empty) and goes to sleep. The bit must still wake it. With the test's clock
@@ -771,6 +823,7 @@ int main(void)
     tcase_add_test(tc, a_refilled_reserve_is_not_grown_again);
     tcase_add_test(tc, a_refilled_reserve_is_not_grown_again_with_the_headroom);
     tcase_add_test(tc, a_refill_cut_short_by_a_driver_error_is_finished);
+    tcase_add_test(tc, a_refill_failing_for_good_lets_the_class_decay);
     tcase_add_test(tc, a_nudge_racing_the_thread_leaving_its_polling_wakes_it);
     suite_add_tcase(s, tc);
     return tu_run(s);
