@@ -32,7 +32,10 @@
  *                (CUDA_KERNEL_NODE_PARAMS, kernelParams, the argument values copied), N = 1,
  *                10, 50; and describe+hit minus hit, per node, with its floor (floor-filled
  *                minus floor), from a run of those four ways alone: 20x the launches at
- *                N = 1, 2x at N = 10, the interquartile mean of each round's difference
+ *                N = 1, 4x at N = 10 and 50, the interquartile mean of each round's
+ *                difference; from the same rounds, hit minus floor over the floor's own
+ *                interquartile mean ("paired"): the first table's ratio of two medians moved
+ *                by up to 5 points between runs on one VM, more than cupool's share of it
  * The share of launches claimed without the cache lock is printed beside each.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
@@ -518,7 +521,9 @@ struct describe_result {
                                         inline, the fill a call per node, cupool's */
     double over_hit;       /* describe+hit minus hit, per node, ns (describe_over) */
     double fill_over_floor; /* its floor: floor-filled minus floor, per node, ns (the same) */
-    int over_samples;       /* launches per way behind those two */
+    double hit_minus_floor; /* hit minus floor, per launch, ns (the same rounds) */
+    double floor_mid;       /* the floor's own interquartile mean, ns per launch */
+    int over_samples;       /* launches per way behind those four */
 };
 
 /* The mean of the middle half of v (sorted in place): the interquartile mean, a location that
@@ -542,7 +547,7 @@ static double mid_mean(double *v, int n)
  * launches than the first table's figures: from that table's 1,000 launches per way, the
  * difference of the two medians moved between 16 and 53 ns from run to run on one H200.
  */
-static void describe_over(int n, int samples, double *over_hit, double *fill_over_floor)
+static void describe_over(int n, int samples, struct describe_result *out)
 {
     static const enum way ws[4] = {W_HIT, W_DESCRIBE, W_FLOOR, W_FLOOR_FILLED};
     struct way_run r[4];
@@ -552,15 +557,20 @@ static void describe_over(int n, int samples, double *over_hit, double *fill_ove
         for (int k = 0; k < 4; k++)
             way_step(&r[(k + (it + 3)) % 4], it);
     double *d = malloc(sizeof(double) * (size_t)samples),
-           *f = malloc(sizeof(double) * (size_t)samples);
+           *f = malloc(sizeof(double) * (size_t)samples),
+           *h = malloc(sizeof(double) * (size_t)samples);
     for (int it = 0; it < samples; it++) {
         d[it] = r[1].h[it] - r[0].h[it];
         f[it] = r[3].h[it] - r[2].h[it];
+        h[it] = r[0].h[it] - r[2].h[it];
     }
-    *over_hit = mid_mean(d, samples) / n;
-    *fill_over_floor = mid_mean(f, samples) / n;
+    out->over_hit = mid_mean(d, samples) / n;
+    out->fill_over_floor = mid_mean(f, samples) / n;
+    out->hit_minus_floor = mid_mean(h, samples);
+    out->floor_mid = mid_mean(r[2].h, samples); /* sorts the floor's times: read last */
     free(d);
     free(f);
+    free(h);
     for (int k = 0; k < 4; k++) {
         double host, e2e;
         way_finish(&r[k], samples, &host, &e2e);
@@ -1364,10 +1374,10 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
         alt_streams(stream_counts[i], iters, &str[i]);
     for (int i = 0; i < 3; i++) {
         describe_cost(sizes[i], iters, &desc[i]);
-        /* 20x the launches at N = 1, 2x at N = 10, as many at N = 50 */
-        desc[i].over_samples = iters * 20 / sizes[i] > iters ? iters * 20 / sizes[i] : iters;
-        describe_over(sizes[i], desc[i].over_samples, &desc[i].over_hit,
-                      &desc[i].fill_over_floor);
+        /* 20x the launches at N = 1, 4x at N = 10 and 50 */
+        desc[i].over_samples =
+            iters * 20 / sizes[i] > iters * 4 ? iters * 20 / sizes[i] : iters * 4;
+        describe_over(sizes[i], desc[i].over_samples, &desc[i]);
     }
     const char *emax = getenv("CUPOOL_GRAPH_EXECS_MAX");
     int execs_max = emax && *emax ? atoi(emax) : 16; /* the default */
@@ -1396,9 +1406,12 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
             for (int w = 0; w < W_COUNT; w++)
                 fprintf(json, ",\"%s_host_us\":%.4f,\"%s_end_to_end_us\":%.4f", way_names[w],
                         host[i][w] / 1e3, way_names[w], e2e[i][w] / 1e3);
-            fprintf(json, ",\"hit_over_floor\":%.4f,\"streamed_us\":{\"eager\":%.4f,"
+            fprintf(json, ",\"hit_over_floor\":%.4f,\"hit_over_floor_paired\":%.4f,"
+                          "\"hit_minus_floor_ns\":%.2f,\"streamed_us\":{\"eager\":%.4f,"
                           "\"floor\":%.4f,\"hit\":%.4f}}",
-                    host[i][W_HIT] / host[i][W_FLOOR], streamed[i][0] / 1e3,
+                    host[i][W_HIT] / host[i][W_FLOOR],
+                    1 + desc[i].hit_minus_floor / desc[i].floor_mid, desc[i].hit_minus_floor,
+                    streamed[i][0] / 1e3,
                     streamed[i][1] / 1e3, streamed[i][2] / 1e3);
         }
         fprintf(json, "]");
@@ -1452,6 +1465,13 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     printf("hit vs floor, host: ");
     for (int i = 0; i < 3; i++)
         printf("N=%d %+.1f%%%s", sizes[i], 100 * (host[i][W_HIT] / host[i][W_FLOOR] - 1),
+               i < 2 ? ", " : "\n");
+    printf("hit vs floor, host, paired (the interquartile mean of each round's hit - floor, "
+           "over the floor's; %d / %d / %d launches each, from the describe+hit run below): ",
+           desc[0].over_samples, desc[1].over_samples, desc[2].over_samples);
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %+.1f%% (%+.1f ns)%s", sizes[i],
+               100 * desc[i].hit_minus_floor / desc[i].floor_mid, desc[i].hit_minus_floor,
                i < 2 ? ", " : "\n");
     printf("per changed node (hit-changed - hit)/N, host us: ");
     for (int i = 0; i < 3; i++)
