@@ -800,6 +800,233 @@ START_TEST(a_nudge_racing_the_thread_leaving_its_polling_wakes_it)
 }
 END_TEST
 
+/* ---- two devices: each device's classes, one maintenance thread ---- */
+
+static CUcontext dctx[2];
+
+/* Two devices' primary contexts into dctx (device 0's current, as tu_setup leaves it), or 0
+ * after saying why where the driver has one device only (a real host with one GPU). The
+ * simulated driver is given two (FAKECUDA_DEVICES, read at cuInit: set before the setup). */
+static int two_devices(const char *test)
+{
+    int count = 0;
+    TU_OK(tu.cuDeviceGetCount(&count));
+    if (count < 2) {
+        printf("%s: one device only; needs two (not run)\n", test);
+        return 0;
+    }
+    for (int d = 0; d < 2; d++) {
+        CUdevice dev;
+        TU_OK(tu.cuDeviceGet(&dev, d));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&dctx[d], dev));
+    }
+    TU_OK(tu.cuCtxSetCurrent(dctx[0]));
+    return 1;
+}
+
+/* The statistics of the live class of (kind, flags) whose context is ctx, or fails. */
+static cupool_class_stats_t ctx_stats(CUcontext ctx, cupool_kind_t kind, unsigned flags)
+{
+    unsigned long long id = 0;
+    TU_OK(tu.cuCtxGetId(ctx, &id));
+    cupool_class_stats_t st[64] = {CUPOOL_CLASS_STATS_INIT};
+    size_t n = 0;
+    TU_OK(cupool_stats_get(st, 64, &n));
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (st[i].kind == kind && st[i].flags == flags && st[i].context_id == id &&
+            st[i].context_alive)
+            return st[i];
+    ck_abort_msg("no live class of context %llu", id);
+    return st[0];
+}
+
+START_TEST(two_devices_decay_each_class_off_request_threads)
+{
+    setenv("FAKECUDA_DEVICES", "2", 1);
+    setenv("CUPOOL_HEADROOM_PERCENT", "0", 1); /* the decay's own arithmetic */
+    setup_decay("1000");
+    if (!two_devices("two_devices_decay_each_class_off_request_threads"))
+        return;
+    /* 96 streams on device 0, 128 on device 1: each class keeps 32 in this thread's
+     * magazines and puts the rest in its depot */
+    static const int made[2] = {96, 128};
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dctx[d]));
+        churn(made[d]);
+    }
+    for (int d = 0; d < 2; d++)
+        ck_assert_uint_eq(ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).idle,
+                          made[d]);
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    for (int i = 0; i < 4; i++)
+        tick();
+    unsigned long mine = here_calls();
+    tick(); /* each depot held its excess through four whole intervals */
+    for (int d = 0; d < 2; d++) {
+        cupool_class_stats_t st = ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+        ck_assert_uint_eq(st.destroys, made[d] - 32);
+        ck_assert_uint_eq(st.idle, 32);
+    }
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+    ck_assert_uint_eq(here_calls(), mine);
+    if (tu_fake.present)
+        ck_assert_int_eq(tu_fake.live_streams(), 64);
+    /* what is left is each device's own: acquired with its device current, every stream
+     * belongs to that device's context */
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dctx[d]));
+        CUstream s[32];
+        for (int i = 0; i < 32; i++) {
+            TU_OK(cupool_stream_acquire(&s[i], CU_STREAM_NON_BLOCKING, 0));
+            CUcontext owner = NULL;
+            TU_OK(tu.cuStreamGetCtx(s[i], &owner));
+            ck_assert_ptr_eq(owner, dctx[d]);
+        }
+        for (int i = 0; i < 32; i++)
+            TU_OK(cupool_stream_release(s[i]));
+    }
+}
+END_TEST
+
+START_TEST(two_devices_grow_each_class_on_the_maintenance_thread)
+{
+    setenv("FAKECUDA_DEVICES", "2", 1);
+    setup_decay("1000");
+    if (!two_devices("two_devices_grow_each_class_on_the_maintenance_thread"))
+        return;
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dctx[d]));
+        churn(16);
+    }
+    tick(); /* both classes are past their warm-up: each one's working set is 16 */
+    static CUstream held[2][64];
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dctx[d]));
+        for (int i = 0; i < 17; i++) /* the 17th misses: demand grows */
+            TU_OK(cupool_stream_acquire(&held[d][i], CU_STREAM_NON_BLOCKING, 0));
+    }
+    TU_OK(tu.cuCtxSetCurrent(dctx[0]));
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* the thread fills a reserve for each */
+    cupool_maintenance_stats_t m = mstats();
+    ck_assert_uint_ge(m.background_creates, 2 * 32);
+    uint64_t creates = 0;
+    for (int d = 0; d < 2; d++) {
+        cupool_class_stats_t st = ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+        ck_assert_uint_ge(st.creates, 17 + 32);
+        creates += st.creates;
+    }
+    ck_assert_uint_eq(creates, m.background_creates + m.request_creates);
+    /* more growth on each device is served from its own reserve: no create on this thread,
+     * and every stream the thread made ahead belongs to its class's context (made with that
+     * context pushed, whichever was current on the requesting thread) */
+    unsigned long mine = here_calls();
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dctx[d]));
+        for (int i = 17; i < 17 + 32; i++) {
+            TU_OK(cupool_stream_acquire(&held[d][i], CU_STREAM_NON_BLOCKING, 0));
+            CUcontext owner = NULL;
+            TU_OK(tu.cuStreamGetCtx(held[d][i], &owner));
+            ck_assert_ptr_eq(owner, dctx[d]);
+        }
+    }
+    ck_assert_uint_eq(mstats().request_creates, m.request_creates);
+    ck_assert_uint_eq(here_calls(), mine);
+    /* released with the other device current: each goes back to its own class */
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dctx[1 - d]));
+        for (int i = 0; i < 17 + 32; i++)
+            TU_OK(cupool_stream_release(held[d][i]));
+    }
+    for (int d = 0; d < 2; d++)
+        ck_assert_uint_eq(ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).in_use,
+                          0);
+}
+END_TEST
+
+/* Hand-off across devices: the producer (this thread) acquires on each device in turn, with
+ * that device current; the consumer releases everything with device 1 current. */
+static struct {
+    CUstream slot[RING];
+    _Atomic unsigned long head, tail;
+    long total;
+    unsigned long consumer_calls;
+    CUresult err;
+} xring;
+
+static void *xconsumer(void *arg)
+{
+    (void)arg;
+    CUresult r = tu.cuCtxSetCurrent(dctx[1]);
+    if (r != CUDA_SUCCESS)
+        xring.err = r;
+    for (long n = 0; n < xring.total; n++) {
+        unsigned long t = atomic_load_explicit(&xring.tail, memory_order_relaxed);
+        while (atomic_load_explicit(&xring.head, memory_order_acquire) == t)
+            sched_yield();
+        r = cupool_stream_release(xring.slot[t % RING]);
+        if (r != CUDA_SUCCESS)
+            xring.err = r;
+        atomic_store_explicit(&xring.tail, t + 1, memory_order_release);
+    }
+    xring.consumer_calls = here_calls();
+    return NULL;
+}
+
+static void xhandoff(long total)
+{
+    xring.total = total;
+    atomic_store(&xring.head, 0);
+    atomic_store(&xring.tail, 0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, xconsumer, NULL), 0);
+    for (long n = 0; n < total; n++) {
+        unsigned long h = atomic_load_explicit(&xring.head, memory_order_relaxed);
+        while (h - atomic_load_explicit(&xring.tail, memory_order_acquire) >= RING)
+            sched_yield();
+        int d = (int)(n / 64 % 2); /* 64 in a row on each device, in turn */
+        if (n % 64 == 0)
+            TU_OK(tu.cuCtxSetCurrent(dctx[d]));
+        CUstream s;
+        TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+        CUcontext owner = NULL;
+        TU_OK(tu.cuStreamGetCtx(s, &owner));
+        ck_assert_msg(owner == dctx[d], "hand-off %ld: device %d got a stream of %p", n, d,
+                      (void *)owner);
+        xring.slot[h % RING] = s;
+        atomic_store_explicit(&xring.head, h + 1, memory_order_release);
+    }
+    pthread_join(t, NULL);
+    TU_OK(xring.err);
+}
+
+START_TEST(two_devices_handoff_reaches_a_steady_state)
+{
+    setenv("FAKECUDA_DEVICES", "2", 1);
+    setup_decay("1000"); /* the test's clock: no decay tick during the test */
+    if (!two_devices("two_devices_handoff_reaches_a_steady_state"))
+        return;
+    /* each class has at most RING in flight, and the consumer's two magazines of it */
+    const uint64_t bound = RING + 2 * 16 + 1;
+    xhandoff(8 * RING);
+    uint64_t c0[2];
+    for (int d = 0; d < 2; d++) {
+        c0[d] = ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).creates;
+        ck_assert_uint_le(c0[d], bound);
+    }
+    xhandoff(32 * RING);
+    for (int d = 0; d < 2; d++) {
+        cupool_class_stats_t st = ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+        ck_assert_uint_le(st.creates, bound);
+        ck_assert_uint_eq(st.destroys, 0);
+        ck_assert_uint_eq(st.in_use, 0);
+        printf("two devices, hand-off: device %d: %llu streams (%llu after warm-up)\n", d,
+               (unsigned long long)st.creates, (unsigned long long)c0[d]);
+    }
+    ck_assert_uint_eq(xring.consumer_calls, 0); /* the releasing thread never calls the driver */
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("maint");
@@ -830,6 +1057,9 @@ int main(void)
     tcase_add_test(tc, a_refill_cut_short_by_a_driver_error_is_finished);
     tcase_add_test(tc, a_refill_failing_for_good_lets_the_class_decay);
     tcase_add_test(tc, a_nudge_racing_the_thread_leaving_its_polling_wakes_it);
+    tcase_add_test(tc, two_devices_decay_each_class_off_request_threads);
+    tcase_add_test(tc, two_devices_grow_each_class_on_the_maintenance_thread);
+    tcase_add_test(tc, two_devices_handoff_reaches_a_steady_state);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
