@@ -59,6 +59,7 @@ void tu_resolve(void)
     RESOLVE(cuEventCreate, "cuEventCreate", 2000);
     RESOLVE(cuEventDestroy, "cuEventDestroy", 4000);
     RESOLVE(cuEventRecord, "cuEventRecord", 2000);
+    RESOLVE(cuStreamWaitEvent, "cuStreamWaitEvent", 3020);
     RESOLVE(cuEventSynchronize, "cuEventSynchronize", 2000);
     RESOLVE(cuEventQuery, "cuEventQuery", 2000);
     RESOLVE(cuMemAlloc, "cuMemAlloc", 3020);

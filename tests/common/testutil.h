@@ -48,6 +48,7 @@ struct tu_driver {
     CUresult (*cuEventCreate)(CUevent *, unsigned int);
     CUresult (*cuEventDestroy)(CUevent);
     CUresult (*cuEventRecord)(CUevent, CUstream);
+    CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
     CUresult (*cuEventSynchronize)(CUevent);
     CUresult (*cuEventQuery)(CUevent);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);

@@ -188,6 +188,94 @@ START_TEST(handles_never_cross_devices)
 }
 END_TEST
 
+/* A cross-device pipeline's events: each round, device 0's stream adds to its counter and
+ * records an event acquired with device 0 current; device 1's stream waits for it, adds to
+ * its own counter, and records an event acquired with device 1 current, which device 0's
+ * stream waits for before the next round. Each event is released with the *other* device
+ * current, and the next round acquires it again with its own device current and records it
+ * on that device's stream: it must come back on its own device only (a record on another
+ * context's stream fails). Values are checked one by one at the end. */
+START_TEST(events_released_on_the_other_device_serve_a_cross_device_pipeline)
+{
+    setenv("FAKECUDA_DEVICES", "2", 1); /* the simulated driver: two devices */
+    tu_setup();
+    int count = 0;
+    TU_OK(tu.cuDeviceGetCount(&count));
+    if (count < 2) {
+        printf("events_released_on_the_other_device_serve_a_cross_device_pipeline: one device "
+               "only; needs two (not run)\n");
+        return;
+    }
+    enum { ROUNDS = 200 };
+    CUcontext ctx[2];
+    struct tu_kernels k[2];
+    CUdeviceptr mem[2];
+    CUstream s[2];
+    for (int d = 0; d < 2; d++) {
+        CUdevice dev;
+        TU_OK(tu.cuDeviceGet(&dev, d));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&ctx[d], dev));
+        TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        tu_load_kernels(&k[d]);
+        TU_OK(tu.cuMemAlloc(&mem[d], 4));
+        TU_OK(tu.cuMemsetD32(mem[d], 0, 1));
+        TU_OK(cupool_stream_acquire(&s[d], CU_STREAM_NON_BLOCKING, 0));
+    }
+    CUevent seen[2][ROUNDS];
+    CUevent back = NULL; /* device 1's event of the last round, for device 0 to wait on */
+    for (int r = 0; r < ROUNDS; r++) {
+        CUevent e[2];
+        for (int d = 0; d < 2; d++) {
+            TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+            if (d == 0 && back != NULL) {
+                TU_OK(tu.cuStreamWaitEvent(s[0], back, 0));
+                TU_OK(tu.cuCtxSetCurrent(ctx[0]));
+            }
+            if (d == 1)
+                TU_OK(tu.cuStreamWaitEvent(s[1], e[0], 0));
+            tu_launch1(k[d].addone, s[d], (void *[]){&mem[d]});
+            TU_OK(cupool_event_acquire(&e[d], CU_EVENT_DISABLE_TIMING));
+            seen[d][r] = e[d];
+            TU_OK(tu.cuEventRecord(e[d], s[d])); /* fails for another context's event */
+        }
+        /* released with the other device current; device 1's after device 0 waited on it */
+        TU_OK(tu.cuCtxSetCurrent(ctx[1]));
+        TU_OK(cupool_event_release(e[0]));
+        if (back != NULL) {
+            TU_OK(tu.cuCtxSetCurrent(ctx[0]));
+            TU_OK(cupool_event_release(back));
+        }
+        back = e[1];
+    }
+    TU_OK(tu.cuCtxSetCurrent(ctx[0]));
+    TU_OK(cupool_event_release(back));
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        TU_OK(tu.cuCtxSynchronize());
+        unsigned v = 0;
+        TU_OK(tu.cuMemcpyDtoH(&v, mem[d], sizeof v));
+        ck_assert_uint_eq(v, ROUNDS);
+        TU_OK(cupool_stream_release(s[d]));
+    }
+    /* the events were reused, each on its own device only */
+    for (int r = 1; r < ROUNDS; r++)
+        for (int d = 0; d < 2; d++)
+            for (int q = 0; q < r; q++)
+                ck_assert_ptr_ne(seen[d][r], seen[1 - d][q]);
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
+    size_t n = 0;
+    TU_OK(cupool_stats_get(st, 8, &n));
+    uint64_t creates = 0;
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (st[i].kind == CUPOOL_KIND_EVENT) {
+            ck_assert_uint_eq(st[i].acquires, ROUNDS);
+            ck_assert_uint_eq(st[i].in_use, 0);
+            creates += st[i].creates;
+        }
+    ck_assert_uint_le(creates, 2 * 3); /* at most three of each device's in flight at once */
+}
+END_TEST
+
 /* ---- sticky errors --------------------------------------------------------------------- */
 
 START_TEST(sticky_error_drops_streams_of_the_broken_context)
@@ -413,6 +501,7 @@ int main(void)
     TCase *tc = tcase_create("reliability");
     tcase_add_test(tc, ten_thousand_threads_stay_within_caps);
     tcase_add_test(tc, handles_never_cross_devices);
+    tcase_add_test(tc, events_released_on_the_other_device_serve_a_cross_device_pipeline);
     tcase_add_test(tc, sticky_error_drops_streams_of_the_broken_context);
     tcase_add_test(tc, setuid_process_ignores_path_variables);
     tcase_set_timeout(tc, 600);
