@@ -3,8 +3,8 @@
  * Idle capacity that follows demand, and the maintenance thread that does the pools' driver
  * work: decay (on a clock the test moves), the hard caps drained off the releasing thread,
  * refills ahead of demand after warm-up, steady states with no create or destroy (hand-off
- * between threads, repeated bursts, the drop-in batch pattern), fork, the inline fallback and
- * driver faults on the maintenance thread. Runs on the simulated driver and on the real one;
+ * between threads, repeated bursts, the drop-in batch pattern), fork, the inline fallback,
+ * driver faults on the maintenance thread, and two devices' classes served by the one thread. Runs on the simulated driver and on the real one;
  * driver calls per thread are counted where the simulation can count them.
  */
 #define _GNU_SOURCE
