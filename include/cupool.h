@@ -768,6 +768,29 @@ typedef struct cupool_graph_stats {
  * driver; thread-safe. */
 CUPOOL_API CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats);
 
+/** The devices whose graph-cache statistics are kept one by one: ordinals 0 to
+ * CUPOOL_STATS_DEVICES - 1 (cupool_graph_stats_device_get). */
+#define CUPOOL_STATS_DEVICES 16
+
+/**
+ * Copies the graph-cache statistics of one device into *stats (stats->size set by the caller,
+ * as for cupool_graph_stats_get): those of the cache entries whose context belongs to device
+ * ordinal `device`, and of the launches that used them. An entry learns its device once, when
+ * a miss makes it (cuCtxGetDevice with its context current). Kept per device: launches, hits,
+ * misses, instantiations, updates, nodes_updated, evictions, entries, execs, bytes,
+ * claims_lock_free and claims_locked; every other field is 0. Summed over the devices, these
+ * give cupool_graph_stats_get()'s figures but for the entries whose device is not known (the
+ * driver did not say, or its ordinal is CUPOOL_STATS_DEVICES or more), which count in those
+ * totals alone. A device with no launch gets zeros. Counters are read without stopping the
+ * threads, as for cupool_graph_stats_get.
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (stats NULL, stats->size below
+ * CUPOOL_GRAPH_STATS_SIZE_V1, or device outside [0, CUPOOL_STATS_DEVICES): nothing written);
+ * CUDA_ERROR_NOT_PERMITTED in a child forked after cupool was initialised. Never calls the
+ * driver; thread-safe; works in every other lifecycle state (before initialisation, after a
+ * failed one, at exit).
+ */
+CUPOOL_API CUresult cupool_graph_stats_device_get(int device, cupool_graph_stats_t *stats);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Drop-in wrappers with the driver's signatures (docs/drop-in.md). The runtime API's are in   */
 /* cupool_runtime.h; cupool_compat.h routes the real names to both.                           */

@@ -39,11 +39,13 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
     *x = NULL;
     if (e) {
         cupool__st_hits++;
+        cupool__st_dev[e->dev].launches++;
+        cupool__st_dev[e->dev].hits++;
         entry_touch(e);
         atomic_fetch_add(&e->busy, 1);
         *x = cupool__exec_pick(e, stream);
     } else {
-        cupool__st_misses++;
+        cupool__st_misses++; /* in its device's counters once the miss knows its device */
     }
     *epoch = now;
     pthread_mutex_unlock(&cupool__cache_lock);
@@ -94,21 +96,29 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
     if (!got)
         return NULL;
     entry_touch(e);
-    cupool__counter_inc(&tc->graph_hits);
+    cupool__counter_inc(&tc->graph_hits[e->dev]);
     *x = c;
     *epoch = s->epoch;
     return e;
 }
 
 /* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
- * that one, handing its graph to *graph when graph is not NULL) and claims an exec. */
+ * that one, handing its graph to *graph when graph is not NULL) and claims an exec. Counts the
+ * miss that made it in its device's counters. */
 static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgraph *graph,
                                     struct gexec **x, uint64_t *epoch)
 {
     pthread_mutex_lock(&cupool__cache_lock);
+    size_t bytes = fresh->bytes + cupool__exec_bytes(fresh, fresh->execs[0]);
     cupool__cache_entries++;
-    cupool__cache_bytes += fresh->bytes + cupool__exec_bytes(fresh, fresh->execs[0]);
+    cupool__cache_bytes += bytes;
     cupool__cache_execs++;
+    struct cupool__gdev_stats *d = &cupool__st_dev[fresh->dev];
+    d->launches++;
+    d->misses++;
+    d->entries++;
+    d->bytes += bytes;
+    d->execs++;
     struct gentry *e = cupool__lookup(fresh->hash, fresh->ctx_id, fresh->sig, fresh->nsig);
     atomic_fetch_add(&(e ? e : fresh)->busy, 1);
     if (!e) {
@@ -146,8 +156,11 @@ static CUresult exec_add(struct gentry *e, CUgraph graph, struct cupool_pipeline
     if (e->npending > 0)
         e->npending--;
     if (r == CUDA_SUCCESS) {
-        cupool__cache_bytes += cupool__exec_bytes(e, *x);
+        size_t bytes = cupool__exec_bytes(e, *x);
+        cupool__cache_bytes += bytes;
         cupool__cache_execs++;
+        cupool__st_dev[e->dev].bytes += bytes;
+        cupool__st_dev[e->dev].execs++;
         *one_off = !place;
         if (place)
             e->execs[e->nexecs++] = *x;
@@ -200,20 +213,26 @@ static inline void count_compared(uint64_t n)
         atomic_fetch_add_explicit(&cupool__st_compared, n, CUPOOL_RELAXED);
 }
 
-static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
+/* Counts what a launch of an entry of device slot dev did. */
+static void count_launch(uint8_t dev, uint64_t inst, uint64_t failures, uint64_t updated)
 {
-    if (inst)
+    if (inst) {
         atomic_fetch_add_explicit(&cupool__st_inst, inst, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(&cupool__st_dev[dev].inst, inst, CUPOOL_RELAXED);
+    }
     if (failures)
         atomic_fetch_add_explicit(&cupool__st_update_failures, failures, CUPOOL_RELAXED);
     if (updated) {
         struct cupool__tcache *tc = cupool__tl; /* the thread's own counters: no shared write */
         if (CUPOOL_LIKELY(tc != NULL)) {
-            cupool__counter_add(&tc->graph_updates, 1);
-            cupool__counter_add(&tc->graph_nodes_updated, updated);
+            cupool__counter_add(&tc->graph_updates[dev], 1);
+            cupool__counter_add(&tc->graph_nodes_updated[dev], updated);
         } else {
             atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
             atomic_fetch_add_explicit(&cupool__st_nodes_updated, updated, CUPOOL_RELAXED);
+            atomic_fetch_add_explicit(&cupool__st_dev[dev].updates, 1, CUPOOL_RELAXED);
+            atomic_fetch_add_explicit(&cupool__st_dev[dev].nodes_updated, updated,
+                                      CUPOOL_RELAXED);
         }
     }
 }
@@ -340,6 +359,29 @@ struct launch_src {
                                 update brought its snapshot up to date */
 };
 
+/* The device slot of a miss's entry: the current context's device (the launch's context,
+ * whose id keys the entry), asked once per entry; CUPOOL_GDEV_UNKNOWN when the driver does not
+ * say or the ordinal has no slot of its own. */
+static uint8_t miss_device(void)
+{
+    CUdevice dev = -1;
+    if (!cupool__drv.cuCtxGetDevice ||
+        CUPOOL_DRV(cupool__drv.cuCtxGetDevice(&dev)) != CUDA_SUCCESS || dev < 0 ||
+        dev >= CUPOOL_STATS_DEVICES)
+        return CUPOOL_GDEV_UNKNOWN;
+    return (uint8_t)dev;
+}
+
+/* A miss that published no entry (its entry failed to build): counted in its device's
+ * counters all the same, as the whole cache's counted it (entry_claim). */
+static void miss_unpublished(uint8_t dev)
+{
+    pthread_mutex_lock(&cupool__cache_lock);
+    cupool__st_dev[dev].launches++;
+    cupool__st_dev[dev].misses++;
+    pthread_mutex_unlock(&cupool__cache_lock);
+}
+
 /* A miss: a new entry for the signature, published, and this launch's claim on it (*x: an
  * exec of it, or NULL when none is free). A pipeline builds the entry's template from its
  * description; a capture runs its function under capture. */
@@ -348,20 +390,28 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
 {
     CUresult r;
     if (s->p) {
-        if (!s->ctx && (r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s->ctx))) != CUDA_SUCCESS)
+        if (!s->ctx && (r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s->ctx))) != CUDA_SUCCESS) {
+            miss_unpublished(CUPOOL_GDEV_UNKNOWN);
             return cupool__fail(r, "cuCtxGetCurrent failed");
+        }
+        uint8_t dev = miss_device();
         struct gentry *fresh = NULL;
-        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, &stream, &fresh);
-        if (r != CUDA_SUCCESS)
+        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, dev, &stream, &fresh);
+        if (r != CUDA_SUCCESS) {
+            miss_unpublished(dev);
             return r;
+        }
         s->inst++;
         *e = entry_publish(fresh, stream, NULL, x, &s->epoch);
         return CUDA_SUCCESS;
     }
+    uint8_t dev = miss_device();
     CUgraph graph = NULL;
     r = capture(stream, s->fn, s->user, s->ctx, s->ctx_id, &graph);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        miss_unpublished(dev);
         return r;
+    }
     struct gentry *ne = cupool__entry_struct_get();
     uint64_t *nsig = cupool__alloc(s->nsig * sizeof(*nsig));
     struct gexec *nx = NULL;
@@ -369,6 +419,7 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
         ne->hash = s->hash;
         ne->ctx_id = s->ctx_id;
         ne->ctx = s->ctx;
+        ne->dev = dev;
         ne->sig = nsig;
         memcpy(nsig, s->sig, s->nsig * sizeof(*nsig));
         ne->nsig = s->nsig;
@@ -383,6 +434,7 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
         cupool__free(nsig, s->nsig * sizeof(*nsig));
         if (ne)
             cupool__entry_struct_put_locked(ne);
+        miss_unpublished(dev);
         return r;
     }
     s->inst++;
@@ -511,6 +563,7 @@ static CUresult exec_recapture(struct launch_src *s, struct gexec *x, CUstream s
     }
     if (r == CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(&cupool__st_dev[x->entry->dev].updates, 1, CUPOOL_RELAXED);
         cupool__free(fp, nfp * sizeof(*fp));
         return CUDA_SUCCESS;
     }
@@ -615,7 +668,7 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
             s->fresh = NULL; /* no update needed */
         }
         if (r != CUDA_SUCCESS) {
-            count_launch(s->inst, 0, 0);
+            count_launch(e->dev, s->inst, 0, 0);
             return r;
         }
         s->inst++;
@@ -659,7 +712,7 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
         cupool__refill_launched(s->p, s->dirty);
     }
     uint64_t serial = x->serial; /* read while owned */
-    count_launch(s->inst, s->failures, s->updated);
+    count_launch(e->dev, s->inst, s->failures, s->updated);
     if (s->p)
         count_compared(s->compared);
     exec_done(e, x, keep, stream, launched, recorded, !fast);

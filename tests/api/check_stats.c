@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1354,6 +1355,86 @@ START_TEST(too_small_a_size_is_refused)
 }
 END_TEST
 
+/* cupool_graph_stats_device_get's refusals write nothing: a device outside [0,
+ * CUPOOL_STATS_DEVICES), stats NULL, a size below the first version's; a first-version size
+ * gets its prefix alone; a device that launched nothing gets zeros; before cupool is
+ * initialised it answers all the same. */
+START_TEST(graph_device_stats_bad_input)
+{
+    cupool_graph_stats_t g;
+    unsigned char gb[sizeof(g) + SLACK];
+    g = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+    g.launches = 99;
+    TU_OK(cupool_graph_stats_device_get(0, &g)); /* not initialised yet: never calls the driver */
+    ck_assert_uint_eq(g.size, sizeof(g));
+    ck_assert_uint_eq(g.launches, 0);
+    tu_setup();
+    const int bad[] = {-1, CUPOOL_STATS_DEVICES, CUPOOL_STATS_DEVICES + 1, INT_MIN, INT_MAX};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        memset(gb, GUARD, sizeof(gb));
+        size_t full = sizeof(g);
+        memcpy(gb, &full, sizeof(full));
+        TU_EQ(cupool_graph_stats_device_get(bad[k], (cupool_graph_stats_t *)(void *)gb),
+              CUDA_ERROR_INVALID_VALUE);
+        assert_guard(gb, sizeof(size_t), sizeof(gb), "refused device graph stats");
+        ck_assert_msg(strstr(cupool_error_string(), "device"), "%s", cupool_error_string());
+    }
+    TU_EQ(cupool_graph_stats_device_get(0, NULL), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_msg(strstr(cupool_error_string(), "NULL"), "%s", cupool_error_string());
+    const size_t small[] = {0, sizeof(size_t), CUPOOL_GRAPH_STATS_SIZE_V1 - 1};
+    for (size_t k = 0; k < sizeof(small) / sizeof(small[0]); k++) {
+        memset(gb, GUARD, sizeof(gb));
+        memcpy(gb, &small[k], sizeof(small[k]));
+        TU_EQ(cupool_graph_stats_device_get(0, (cupool_graph_stats_t *)(void *)gb),
+              CUDA_ERROR_INVALID_VALUE);
+        assert_guard(gb, sizeof(size_t), sizeof(gb), "refused device graph stats");
+        ck_assert_msg(strstr(cupool_error_string(), "size"), "%s", cupool_error_string());
+    }
+    /* a launch on this device: a first-version caller gets its prefix, and nothing past it */
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    CUdeviceptr mem;
+    TU_OK(tu.cuMemAlloc(&mem, 64));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    TU_OK(cupool_pipeline_memset(p, mem, 1, 4, 16, NULL));
+    TU_OK(cupool_pipeline_launch(p, s));
+    TU_OK(cupool_pipeline_launch(p, s));
+    TU_OK(tu.cuStreamSynchronize(s));
+    memset(gb, GUARD, sizeof(gb));
+    size_t gv1 = CUPOOL_GRAPH_STATS_SIZE_V1;
+    memcpy(gb, &gv1, sizeof(gv1));
+    TU_OK(cupool_graph_stats_device_get(tu_dev, (cupool_graph_stats_t *)(void *)gb));
+    memcpy(&g, gb, gv1);
+    ck_assert_uint_eq(g.size, gv1);
+    ck_assert_uint_eq(g.launches, 2);
+    ck_assert_uint_eq(g.misses, 1);
+    ck_assert_uint_eq(g.hits, 1);
+    ck_assert_uint_eq(g.entries, 1);
+    assert_guard(gb, gv1, sizeof(gb), "device graph stats, first version");
+    /* a newer caller's larger struct: what the library has, and size says so */
+    memset(gb, GUARD, sizeof(gb));
+    size_t big = sizeof(gb);
+    memcpy(gb, &big, sizeof(big));
+    TU_OK(cupool_graph_stats_device_get(tu_dev, (cupool_graph_stats_t *)(void *)gb));
+    size_t said;
+    memcpy(&said, gb, sizeof(said));
+    ck_assert_uint_eq(said, sizeof(g));
+    assert_guard(gb, sizeof(g), sizeof(gb), "device graph stats, newer caller");
+    /* the last valid ordinal, which launched nothing: zeros */
+    g = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+    memset((char *)&g + sizeof(size_t), 0x5a, sizeof(g) - sizeof(size_t));
+    TU_OK(cupool_graph_stats_device_get(CUPOOL_STATS_DEVICES - 1, &g));
+    cupool_graph_stats_t zero;
+    memset(&zero, 0, sizeof(zero));
+    zero.size = sizeof(zero);
+    ck_assert(memcmp(&g, &zero, sizeof(g)) == 0);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuMemFree(mem));
+    TU_OK(cupool_stream_release(s));
+}
+END_TEST
+
 /* ---- the device ---- */
 
 START_TEST(device_of_each_class)
@@ -1580,6 +1661,7 @@ int main(void)
     tcase_add_test(abi, first_version_size_gets_its_prefix);
     tcase_add_test(abi, larger_size_gets_what_the_library_has);
     tcase_add_test(abi, too_small_a_size_is_refused);
+    tcase_add_test(abi, graph_device_stats_bad_input);
     tcase_add_test(abi, device_of_each_class);
     tcase_add_test(abi, device_unknown_when_the_driver_fails);
     suite_add_tcase(s, abi);
