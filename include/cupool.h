@@ -355,7 +355,8 @@ CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacit
 
 /**
  * Prints the statistics as a table, one line per class, to out, then (once pipelines were
- * launched) one line of graph-cache counters. Never calls the driver.
+ * launched) one line of graph-cache counters, and one per device once pipelines were launched
+ * on two devices or more (cupool_graph_stats_device_get). Never calls the driver.
  * Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (out NULL).
  */
 CUPOOL_API CUresult cupool_stats_print(FILE *out);
@@ -372,9 +373,11 @@ typedef enum cupool_stats_format {
  * in `format`, and flushes out. JSON: one object {"version", "pid", "driver", "allocator",
  * "metadata_bytes", "magazine_size", "pooling_disabled", "classes": [one object per class:
  * every field of cupool_class_stats_t but size, kind as "stream" or "event", context_alive as
- * a boolean], "maintenance": {...}, "graph": {...}}, numbers as integers, strings escaped.
- * Prometheus: metrics named cupool_*, counters suffixed _total, per-class metrics labelled
- * kind, context_id, device, flags (hex) and priority. Never calls the driver; thread-safe;
+ * a boolean], "maintenance": {...}, "graph": {..., "devices": [one object per device that
+ * launched through the graph cache: "device" and the fields kept per device]}}, numbers as
+ * integers, strings escaped. Prometheus: metrics named cupool_*, counters suffixed _total,
+ * per-class metrics labelled kind, context_id, device, flags (hex) and priority, per-device
+ * graph-cache metrics (cupool_graph_device_*) labelled device. Never calls the driver; thread-safe;
  * a stream that blocks holds up no other thread. Write errors are left in out (ferror).
  * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (out NULL, or format not one of the above);
  * CUDA_ERROR_OUT_OF_MEMORY (no memory for the snapshot of the classes; nothing was written);

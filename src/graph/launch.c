@@ -805,8 +805,81 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     return cache_launch(&s, stream);
 }
 
+/* The figures kept per device (cupool_graph_stats_device_get), for the outputs: X(field, type,
+ * help) each. */
+#define GRAPH_DEVICE_FIELDS(X)                                                                \
+    X(launches, "counter", "Launches through the graph cache of the device's entries")        \
+    X(hits, "counter", "Of those, launches that found their signature cached")                \
+    X(misses, "counter", "Of those, launches that built a graph")                             \
+    X(instantiations, "counter", "Graph instantiations of the device's entries")              \
+    X(updates, "counter", "Launches of the device's entries that updated at least one node")  \
+    X(nodes_updated, "counter", "Node parameter updates of the device's entries")             \
+    X(evictions, "counter", "Cache entries of the device evicted")                            \
+    X(claims_lock_free, "counter", "Launches of the device's entries claimed lock-free")      \
+    X(claims_locked, "counter", "Launches of the device's entries that took the cache lock")  \
+    X(entries, "gauge", "Entries of the device cached now")                                   \
+    X(execs, "gauge", "Graph execs of the device's entries alive now")                        \
+    X(bytes, "gauge", "Estimated memory held by the device's entries")
+
+/* The devices' part of the graph report: a member "devices" of the JSON "graph" object (an
+ * array, an object per device that launched through the cache), the families
+ * cupool_graph_device_* labelled by device (a sample per such device), and a line per device
+ * in the table when two devices or more launched. */
+static void graph_devices_report(FILE *out, cupool_stats_format_t format)
+{
+    cupool_graph_stats_t dv[CUPOOL_STATS_DEVICES];
+    int used = 0;
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+        dv[d] = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+        if (cupool_graph_stats_device_get(d, &dv[d]) != CUDA_SUCCESS)
+            memset(&dv[d], 0, sizeof(dv[d]));
+        used += dv[d].launches != 0;
+    }
+    if (format == CUPOOL_STATS_FORMAT_JSON) {
+        fputs(",\"devices\":[", out);
+        bool first = true;
+        for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+            if (!dv[d].launches)
+                continue;
+            fprintf(out, "%s{\"device\":%d", first ? "" : ",", d);
+#define DEVICE_JSON(field, type, help) fprintf(out, ",\"" #field "\":%" PRIu64, dv[d].field);
+            GRAPH_DEVICE_FIELDS(DEVICE_JSON)
+#undef DEVICE_JSON
+            fputc('}', out);
+            first = false;
+        }
+        fputc(']', out);
+        return;
+    }
+    if (format == CUPOOL_STATS_FORMAT_PROMETHEUS) {
+#define DEVICE_FAMILY(field, type, help)                                                      \
+    fprintf(out,                                                                              \
+            "# HELP cupool_graph_device_" #field "%s " help "\n# TYPE cupool_graph_device_"   \
+            #field "%s " type "\n",                                                           \
+            type[0] == 'c' ? "_total" : "", type[0] == 'c' ? "_total" : "");                  \
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++)                                            \
+        if (dv[d].launches)                                                                   \
+            fprintf(out, "cupool_graph_device_" #field "%s{device=\"%d\"} %" PRIu64 "\n",     \
+                    type[0] == 'c' ? "_total" : "", d, dv[d].field);
+        GRAPH_DEVICE_FIELDS(DEVICE_FAMILY)
+#undef DEVICE_FAMILY
+        return;
+    }
+    for (int d = 0; used > 1 && d < CUPOOL_STATS_DEVICES; d++)
+        if (dv[d].launches)
+            fprintf(out,
+                    "graph cache, device %d: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64
+                    " misses, %" PRIu64 " instantiations, %" PRIu64 " updates (%" PRIu64
+                    " nodes), %" PRIu64 " evictions; %" PRIu64 " entries, %" PRIu64
+                    " execs, %" PRIu64 " bytes\n",
+                    d, dv[d].launches, dv[d].hits, dv[d].misses, dv[d].instantiations,
+                    dv[d].updates, dv[d].nodes_updated, dv[d].evictions, dv[d].entries,
+                    dv[d].execs, dv[d].bytes);
+}
+
 /* The graph layer's part of cupool_stats_print_format: a line of the table once pipelines
- * were launched; the JSON member "graph" and the Prometheus families cupool_graph_* always. */
+ * were launched; the JSON member "graph" and the Prometheus families cupool_graph_* always;
+ * then the devices' part (graph_devices_report). */
 static CUresult graph_report(FILE *out, cupool_stats_format_t format)
 {
     cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
@@ -829,11 +902,13 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
                 ",\"update_parameters_changed\":%" PRIu64 ",\"update_not_supported\":%" PRIu64
                 ",\"update_unsupported_function_change\":%" PRIu64
                 ",\"update_attributes_changed\":%" PRIu64 ",\"update_other\":%" PRIu64
-                ",\"node_update_refusals\":%" PRIu64 ",\"update_errors\":%" PRIu64 "}",
+                ",\"node_update_refusals\":%" PRIu64 ",\"update_errors\":%" PRIu64,
                 g.uploads, g.update_topology_changed, g.update_node_type_changed,
                 g.update_function_changed, g.update_parameters_changed, g.update_not_supported,
                 g.update_unsupported_function_change, g.update_attributes_changed,
                 g.update_other, g.node_update_refusals, g.update_errors);
+        graph_devices_report(out, format);
+        fputc('}', out);
         return CUDA_SUCCESS;
     }
     if (format == CUPOOL_STATS_FORMAT_PROMETHEUS) {
@@ -880,6 +955,7 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
         GRAPH_METRIC(execs, "gauge", "Graph execs alive now");
         GRAPH_METRIC(bytes, "gauge", "Estimated host and driver memory held by the graph cache");
 #undef GRAPH_METRIC
+        graph_devices_report(out, format);
         return CUDA_SUCCESS;
     }
     if (g.launches || g.eager_launches)
@@ -890,6 +966,7 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
                 " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
                 g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
                 g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+    graph_devices_report(out, format);
     uint64_t refused = g.update_topology_changed + g.update_node_type_changed +
                        g.update_function_changed + g.update_parameters_changed +
                        g.update_not_supported + g.update_unsupported_function_change +
