@@ -355,7 +355,8 @@ CUPOOL_API CUresult cupool_stats_get(cupool_class_stats_t *stats, size_t capacit
 
 /**
  * Prints the statistics as a table, one line per class, to out, then (once pipelines were
- * launched) one line of graph-cache counters. Never calls the driver.
+ * launched) one line of graph-cache counters, and one per device once pipelines were launched
+ * on two devices or more (cupool_graph_stats_device_get). Never calls the driver.
  * Returns CUDA_SUCCESS or CUDA_ERROR_INVALID_VALUE (out NULL).
  */
 CUPOOL_API CUresult cupool_stats_print(FILE *out);
@@ -372,9 +373,11 @@ typedef enum cupool_stats_format {
  * in `format`, and flushes out. JSON: one object {"version", "pid", "driver", "allocator",
  * "metadata_bytes", "magazine_size", "pooling_disabled", "classes": [one object per class:
  * every field of cupool_class_stats_t but size, kind as "stream" or "event", context_alive as
- * a boolean], "maintenance": {...}, "graph": {...}}, numbers as integers, strings escaped.
- * Prometheus: metrics named cupool_*, counters suffixed _total, per-class metrics labelled
- * kind, context_id, device, flags (hex) and priority. Never calls the driver; thread-safe;
+ * a boolean], "maintenance": {...}, "graph": {..., "devices": [one object per device that
+ * launched through the graph cache: "device" and the fields kept per device]}}, numbers as
+ * integers, strings escaped. Prometheus: metrics named cupool_*, counters suffixed _total,
+ * per-class metrics labelled kind, context_id, device, flags (hex) and priority, per-device
+ * graph-cache metrics (cupool_graph_device_*) labelled device. Never calls the driver; thread-safe;
  * a stream that blocks holds up no other thread. Write errors are left in out (ferror).
  * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (out NULL, or format not one of the above);
  * CUDA_ERROR_OUT_OF_MEMORY (no memory for the snapshot of the classes; nothing was written);
@@ -767,6 +770,29 @@ typedef struct cupool_graph_stats {
  * CUDA_ERROR_NOT_PERMITTED in a child forked after cupool was initialised. Never calls the
  * driver; thread-safe. */
 CUPOOL_API CUresult cupool_graph_stats_get(cupool_graph_stats_t *stats);
+
+/** The devices whose graph-cache statistics are kept one by one: ordinals 0 to
+ * CUPOOL_STATS_DEVICES - 1 (cupool_graph_stats_device_get). */
+#define CUPOOL_STATS_DEVICES 16
+
+/**
+ * Copies the graph-cache statistics of one device into *stats (stats->size set by the caller,
+ * as for cupool_graph_stats_get): those of the cache entries whose context belongs to device
+ * ordinal `device`, and of the launches that used them. An entry learns its device once, when
+ * a miss makes it (cuCtxGetDevice with its context current). Kept per device: launches, hits,
+ * misses, instantiations, updates, nodes_updated, evictions, entries, execs, bytes,
+ * claims_lock_free and claims_locked; every other field is 0. Summed over the devices, these
+ * give cupool_graph_stats_get()'s figures but for the entries whose device is not known (the
+ * driver did not say, or its ordinal is CUPOOL_STATS_DEVICES or more), which count in those
+ * totals alone. A device with no launch gets zeros. Counters are read without stopping the
+ * threads, as for cupool_graph_stats_get.
+ * Returns CUDA_SUCCESS; CUDA_ERROR_INVALID_VALUE (stats NULL, stats->size below
+ * CUPOOL_GRAPH_STATS_SIZE_V1, or device outside [0, CUPOOL_STATS_DEVICES): nothing written);
+ * CUDA_ERROR_NOT_PERMITTED in a child forked after cupool was initialised. Never calls the
+ * driver; thread-safe; works in every other lifecycle state (before initialisation, after a
+ * failed one, at exit).
+ */
+CUPOOL_API CUresult cupool_graph_stats_device_get(int device, cupool_graph_stats_t *stats);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Drop-in wrappers with the driver's signatures (docs/drop-in.md). The runtime API's are in   */

@@ -380,6 +380,25 @@ _stats_get = _proto("cupool_stats_get", _c, _C.POINTER(_ClassStats), _C.c_size_t
                     _C.POINTER(_C.c_size_t))
 _maint_get = _proto("cupool_maintenance_stats_get", _c, _C.POINTER(_MaintStats))
 _graph_get = _proto("cupool_graph_stats_get", _c, _C.POINTER(_GraphStats))
+_graph_device_get = _proto("cupool_graph_stats_device_get", _c, _C.c_int, _C.POINTER(_GraphStats))
+_STATS_DEVICES = 16  # CUPOOL_STATS_DEVICES
+# the fields cupool_graph_stats_device_get keeps per device
+_GRAPH_DEVICE_FIELDS = ("launches", "hits", "misses", "instantiations", "updates",
+                        "nodes_updated", "evictions", "entries", "execs", "bytes",
+                        "claims_lock_free", "claims_locked")
+
+
+def _graph_devices():
+    out = {}
+    for d in range(_STATS_DEVICES):
+        g = _GraphStats()
+        g.size = _C.sizeof(_GraphStats)
+        r = _graph_device_get(d, _C.byref(g))
+        if r:
+            _raise(r)
+        if g.launches:
+            out[d] = {f: getattr(g, f) for f in _GRAPH_DEVICE_FIELDS}
+    return out
 
 
 def stats():
@@ -407,6 +426,7 @@ def stats():
     maint["running"] = bool(m.running)
     return {"classes": classes, "maintenance": maint,
             "graph": {f: getattr(g, f) for f, _ in _GraphStats._fields_ if f != "size"},
+            "graph_devices": _graph_devices(),
             "metadata_bytes": _metadata_bytes()}
 
 

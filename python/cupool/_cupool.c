@@ -874,6 +874,40 @@ static int put(PyObject *d, const char *key, PyObject *v)
 }
 #define PUT_U64(d, s, f) put(d, #f, PyLong_FromUnsignedLongLong((unsigned long long)(s).f))
 
+/* The graph statistics of each device that launched through the cache, as {ordinal: dict of
+ * the fields cupool_graph_stats_device_get keeps per device}; NULL with an exception set. */
+static PyObject *graph_devices_dict(void)
+{
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+        cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
+        CUresult r = cupool_graph_stats_device_get(d, &g);
+        if (r != CUDA_SUCCESS) {
+            Py_DECREF(out);
+            return raise_result(r, NULL);
+        }
+        if (!g.launches)
+            continue;
+        PyObject *dd = PyDict_New(), *key = PyLong_FromLong(d);
+        if (!dd || !key || PUT_U64(dd, g, launches) || PUT_U64(dd, g, hits) ||
+            PUT_U64(dd, g, misses) || PUT_U64(dd, g, instantiations) || PUT_U64(dd, g, updates) ||
+            PUT_U64(dd, g, nodes_updated) || PUT_U64(dd, g, evictions) ||
+            PUT_U64(dd, g, entries) || PUT_U64(dd, g, execs) || PUT_U64(dd, g, bytes) ||
+            PUT_U64(dd, g, claims_lock_free) || PUT_U64(dd, g, claims_locked) ||
+            PyDict_SetItem(out, key, dd)) {
+            Py_XDECREF(dd);
+            Py_XDECREF(key);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(dd);
+        Py_DECREF(key);
+    }
+    return out;
+}
+
 /* Every use of cupool's statistics structs is in this one function: a change of their layout
  * (a leading size field, say) is made here alone. */
 static PyObject *stats_dict(void)
@@ -945,7 +979,7 @@ static PyObject *stats_dict(void)
     PyMem_Free(cls);
     cls = NULL;
     if (PyDict_SetItemString(out, "classes", list) || PyDict_SetItemString(out, "maintenance", m) ||
-        PyDict_SetItemString(out, "graph", g) ||
+        PyDict_SetItemString(out, "graph", g) || put(out, "graph_devices", graph_devices_dict()) ||
         put(out, "metadata_bytes", PyLong_FromSize_t(cupool_metadata_bytes())))
         goto fail;
     Py_DECREF(list);

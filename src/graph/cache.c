@@ -59,6 +59,8 @@ _Atomic uint64_t cupool__st_eager;
 _Atomic uint64_t cupool__st_update_reason[UR_COUNT];
 _Atomic uint64_t cupool__st_node_refusals;
 _Atomic uint64_t cupool__st_update_errors;
+/* the same, per device slot of the entries (cupool_graph_stats_device_get) */
+struct cupool__gdev_stats cupool__st_dev[CUPOOL_GDEV_SLOTS];
 
 
 void cupool__list_unlink(struct gentry *e)

@@ -522,10 +522,10 @@ CUresult cupool__exec_new(struct gentry *e, const CUstream *upload, struct gexec
 }
 
 /* A new entry for the pipeline: template graph and a first exec (owned by the caller; uploaded
- * on *upload when not NULL). Not under the lock. */
+ * on *upload when not NULL), counted in device slot dev. Not under the lock. */
 CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
-                           unsigned long long ctx_id, CUcontext ctx, const CUstream *upload,
-                           struct gentry **out)
+                           unsigned long long ctx_id, CUcontext ctx, uint8_t dev,
+                           const CUstream *upload, struct gentry **out)
 {
     struct gentry *e = cupool__entry_struct_get();
     if (!e)
@@ -533,6 +533,7 @@ CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig
     e->hash = hash;
     e->ctx_id = ctx_id;
     e->ctx = ctx;
+    e->dev = dev;
     e->n = p->n;
     e->nsig = nsig;
     e->ncond = p->ncond;

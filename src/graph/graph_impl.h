@@ -292,6 +292,10 @@ struct gentry {
     _Atomic uint64_t last_use; /* cache_clock when last launched: eviction order */
     uint64_t evict_pass;       /* the eviction pass that last failed to evict it */
     bool published;            /* it has been in the table (a thread's hint may name it) */
+    /* the device slot its statistics count in: its context's device ordinal, asked once when
+     * the miss made it, or CUPOOL_GDEV_UNKNOWN (fixed once published; on the line a lock-free
+     * claim's entry_touch reads) */
+    uint8_t dev;
     struct gentry *free_next;
     uint64_t hash;
     unsigned long long ctx_id;
@@ -395,6 +399,19 @@ enum {
 extern _Atomic uint64_t cupool__st_update_reason[UR_COUNT];
 extern _Atomic uint64_t cupool__st_node_refusals;
 extern _Atomic uint64_t cupool__st_update_errors;
+/* The counters of one device slot (struct gentry's dev), beside the whole cache's: the first
+ * seven under the cache lock, the rest atomic. Each thread's own (hits claimed without the
+ * lock, its updates) are in its cache, per slot. */
+struct cupool__gdev_stats {
+    uint64_t launches;  /* claims through the lock: hits and misses */
+    uint64_t hits;      /* of those */
+    uint64_t misses;
+    uint64_t evictions;
+    size_t entries, execs, bytes;
+    _Atomic uint64_t inst;
+    _Atomic uint64_t updates, nodes_updated; /* of threads without a cache, and captures' */
+};
+extern struct cupool__gdev_stats cupool__st_dev[CUPOOL_GDEV_SLOTS];
 extern pthread_mutex_t cupool__template_lock;
 /* a counter alone on its cache line */
 typedef CUPOOL_LINE(_Atomic uint64_t) cupool__line_counter;
@@ -470,8 +487,8 @@ CUresult cupool__clone_take_params(const struct gentry *e, const struct gexec *x
 CUresult cupool__eager_launch(struct cupool_pipeline *p, CUstream s);
 bool cupool__eager_supported(void);
 CUresult cupool__entry_new(struct cupool_pipeline *p, uint64_t hash, size_t nsig,
-                           unsigned long long ctx_id, CUcontext ctx, const CUstream *upload,
-                           struct gentry **out);
+                           unsigned long long ctx_id, CUcontext ctx, uint8_t dev,
+                           const CUstream *upload, struct gentry **out);
 CUresult cupool__exec_new(struct gentry *e, const CUstream *upload, struct gexec **out);
 CUresult cupool__exec_new_of(struct gentry *e, CUgraph graph, struct cupool_pipeline *p,
                              const CUstream *upload, struct gexec **out);

@@ -207,8 +207,11 @@ void cupool__exec_free(struct gentry *e, struct gexec *x, bool alive)
         if (!grave_destroy(&g)) /* no memory for a grave: now, under the lock (rare) */
             grave_lost("a graph exec");
     }
-    cupool__cache_bytes -= cupool__exec_bytes(e, x);
+    size_t bytes = cupool__exec_bytes(e, x);
+    cupool__cache_bytes -= bytes;
     cupool__cache_execs--;
+    cupool__st_dev[e->dev].bytes -= bytes;
+    cupool__st_dev[e->dev].execs--;
     cupool__free(x->snap, x->snap_cap * sizeof(*x->snap));
     cupool__free(x->snap_args, x->snap_acap);
     cupool__free(x->nodes, x->nnodes * sizeof(*x->nodes));
@@ -233,6 +236,8 @@ static void entry_free_as(struct gentry *e, bool alive)
     }
     cupool__cache_bytes -= e->bytes;
     cupool__cache_entries--;
+    cupool__st_dev[e->dev].bytes -= e->bytes;
+    cupool__st_dev[e->dev].entries--;
     cupool__free(e->sig, e->nsig * sizeof(*e->sig));
     cupool__free(e->gnodes, e->n * sizeof(*e->gnodes));
     cupool__free(e->tmpl, e->n * sizeof(*e->tmpl));
@@ -277,9 +282,10 @@ bool cupool__entry_evict(struct gentry *e)
             exec_disown(e->execs[--owned]);
         return false;
     }
+    cupool__st_evictions++;
+    cupool__st_dev[e->dev].evictions++;
     cupool__entry_unlink(e);
     entry_free_as(e, st == 1);
-    cupool__st_evictions++;
     return true;
 }
 

@@ -39,11 +39,13 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
     *x = NULL;
     if (e) {
         cupool__st_hits++;
+        cupool__st_dev[e->dev].launches++;
+        cupool__st_dev[e->dev].hits++;
         entry_touch(e);
         atomic_fetch_add(&e->busy, 1);
         *x = cupool__exec_pick(e, stream);
     } else {
-        cupool__st_misses++;
+        cupool__st_misses++; /* in its device's counters once the miss knows its device */
     }
     *epoch = now;
     pthread_mutex_unlock(&cupool__cache_lock);
@@ -94,21 +96,29 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
     if (!got)
         return NULL;
     entry_touch(e);
-    cupool__counter_inc(&tc->graph_hits);
+    cupool__counter_inc(&tc->graph_hits[e->dev]);
     *x = c;
     *epoch = s->epoch;
     return e;
 }
 
 /* Caches a new entry (or, if another thread cached the same key meanwhile, frees it and uses
- * that one, handing its graph to *graph when graph is not NULL) and claims an exec. */
+ * that one, handing its graph to *graph when graph is not NULL) and claims an exec. Counts the
+ * miss that made it in its device's counters. */
 static struct gentry *entry_publish(struct gentry *fresh, CUstream stream, CUgraph *graph,
                                     struct gexec **x, uint64_t *epoch)
 {
     pthread_mutex_lock(&cupool__cache_lock);
+    size_t bytes = fresh->bytes + cupool__exec_bytes(fresh, fresh->execs[0]);
     cupool__cache_entries++;
-    cupool__cache_bytes += fresh->bytes + cupool__exec_bytes(fresh, fresh->execs[0]);
+    cupool__cache_bytes += bytes;
     cupool__cache_execs++;
+    struct cupool__gdev_stats *d = &cupool__st_dev[fresh->dev];
+    d->launches++;
+    d->misses++;
+    d->entries++;
+    d->bytes += bytes;
+    d->execs++;
     struct gentry *e = cupool__lookup(fresh->hash, fresh->ctx_id, fresh->sig, fresh->nsig);
     atomic_fetch_add(&(e ? e : fresh)->busy, 1);
     if (!e) {
@@ -146,8 +156,11 @@ static CUresult exec_add(struct gentry *e, CUgraph graph, struct cupool_pipeline
     if (e->npending > 0)
         e->npending--;
     if (r == CUDA_SUCCESS) {
-        cupool__cache_bytes += cupool__exec_bytes(e, *x);
+        size_t bytes = cupool__exec_bytes(e, *x);
+        cupool__cache_bytes += bytes;
         cupool__cache_execs++;
+        cupool__st_dev[e->dev].bytes += bytes;
+        cupool__st_dev[e->dev].execs++;
         *one_off = !place;
         if (place)
             e->execs[e->nexecs++] = *x;
@@ -200,20 +213,26 @@ static inline void count_compared(uint64_t n)
         atomic_fetch_add_explicit(&cupool__st_compared, n, CUPOOL_RELAXED);
 }
 
-static void count_launch(uint64_t inst, uint64_t failures, uint64_t updated)
+/* Counts what a launch of an entry of device slot dev did. */
+static void count_launch(uint8_t dev, uint64_t inst, uint64_t failures, uint64_t updated)
 {
-    if (inst)
+    if (inst) {
         atomic_fetch_add_explicit(&cupool__st_inst, inst, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(&cupool__st_dev[dev].inst, inst, CUPOOL_RELAXED);
+    }
     if (failures)
         atomic_fetch_add_explicit(&cupool__st_update_failures, failures, CUPOOL_RELAXED);
     if (updated) {
         struct cupool__tcache *tc = cupool__tl; /* the thread's own counters: no shared write */
         if (CUPOOL_LIKELY(tc != NULL)) {
-            cupool__counter_add(&tc->graph_updates, 1);
-            cupool__counter_add(&tc->graph_nodes_updated, updated);
+            cupool__counter_add(&tc->graph_updates[dev], 1);
+            cupool__counter_add(&tc->graph_nodes_updated[dev], updated);
         } else {
             atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
             atomic_fetch_add_explicit(&cupool__st_nodes_updated, updated, CUPOOL_RELAXED);
+            atomic_fetch_add_explicit(&cupool__st_dev[dev].updates, 1, CUPOOL_RELAXED);
+            atomic_fetch_add_explicit(&cupool__st_dev[dev].nodes_updated, updated,
+                                      CUPOOL_RELAXED);
         }
     }
 }
@@ -340,6 +359,29 @@ struct launch_src {
                                 update brought its snapshot up to date */
 };
 
+/* The device slot of a miss's entry: the current context's device (the launch's context,
+ * whose id keys the entry), asked once per entry; CUPOOL_GDEV_UNKNOWN when the driver does not
+ * say or the ordinal has no slot of its own. */
+static uint8_t miss_device(void)
+{
+    CUdevice dev = -1;
+    if (!cupool__drv.cuCtxGetDevice ||
+        CUPOOL_DRV(cupool__drv.cuCtxGetDevice(&dev)) != CUDA_SUCCESS || dev < 0 ||
+        dev >= CUPOOL_STATS_DEVICES)
+        return CUPOOL_GDEV_UNKNOWN;
+    return (uint8_t)dev;
+}
+
+/* A miss that published no entry (its entry failed to build): counted in its device's
+ * counters all the same, as the whole cache's counted it (entry_claim). */
+static void miss_unpublished(uint8_t dev)
+{
+    pthread_mutex_lock(&cupool__cache_lock);
+    cupool__st_dev[dev].launches++;
+    cupool__st_dev[dev].misses++;
+    pthread_mutex_unlock(&cupool__cache_lock);
+}
+
 /* A miss: a new entry for the signature, published, and this launch's claim on it (*x: an
  * exec of it, or NULL when none is free). A pipeline builds the entry's template from its
  * description; a capture runs its function under capture. */
@@ -348,20 +390,28 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
 {
     CUresult r;
     if (s->p) {
-        if (!s->ctx && (r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s->ctx))) != CUDA_SUCCESS)
+        if (!s->ctx && (r = CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&s->ctx))) != CUDA_SUCCESS) {
+            miss_unpublished(CUPOOL_GDEV_UNKNOWN);
             return cupool__fail(r, "cuCtxGetCurrent failed");
+        }
+        uint8_t dev = miss_device();
         struct gentry *fresh = NULL;
-        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, &stream, &fresh);
-        if (r != CUDA_SUCCESS)
+        r = cupool__entry_new(s->p, s->hash, s->nsig, s->ctx_id, s->ctx, dev, &stream, &fresh);
+        if (r != CUDA_SUCCESS) {
+            miss_unpublished(dev);
             return r;
+        }
         s->inst++;
         *e = entry_publish(fresh, stream, NULL, x, &s->epoch);
         return CUDA_SUCCESS;
     }
+    uint8_t dev = miss_device();
     CUgraph graph = NULL;
     r = capture(stream, s->fn, s->user, s->ctx, s->ctx_id, &graph);
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        miss_unpublished(dev);
         return r;
+    }
     struct gentry *ne = cupool__entry_struct_get();
     uint64_t *nsig = cupool__alloc(s->nsig * sizeof(*nsig));
     struct gexec *nx = NULL;
@@ -369,6 +419,7 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
         ne->hash = s->hash;
         ne->ctx_id = s->ctx_id;
         ne->ctx = s->ctx;
+        ne->dev = dev;
         ne->sig = nsig;
         memcpy(nsig, s->sig, s->nsig * sizeof(*nsig));
         ne->nsig = s->nsig;
@@ -383,6 +434,7 @@ static CUresult src_entry_new(struct launch_src *s, CUstream stream, struct gent
         cupool__free(nsig, s->nsig * sizeof(*nsig));
         if (ne)
             cupool__entry_struct_put_locked(ne);
+        miss_unpublished(dev);
         return r;
     }
     s->inst++;
@@ -511,6 +563,7 @@ static CUresult exec_recapture(struct launch_src *s, struct gexec *x, CUstream s
     }
     if (r == CUDA_SUCCESS) {
         atomic_fetch_add_explicit(&cupool__st_updates, 1, CUPOOL_RELAXED);
+        atomic_fetch_add_explicit(&cupool__st_dev[x->entry->dev].updates, 1, CUPOOL_RELAXED);
         cupool__free(fp, nfp * sizeof(*fp));
         return CUDA_SUCCESS;
     }
@@ -615,7 +668,7 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
             s->fresh = NULL; /* no update needed */
         }
         if (r != CUDA_SUCCESS) {
-            count_launch(s->inst, 0, 0);
+            count_launch(e->dev, s->inst, 0, 0);
             return r;
         }
         s->inst++;
@@ -659,7 +712,7 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
         cupool__refill_launched(s->p, s->dirty);
     }
     uint64_t serial = x->serial; /* read while owned */
-    count_launch(s->inst, s->failures, s->updated);
+    count_launch(e->dev, s->inst, s->failures, s->updated);
     if (s->p)
         count_compared(s->compared);
     exec_done(e, x, keep, stream, launched, recorded, !fast);
@@ -752,8 +805,81 @@ CUresult cupool_capture_launch(uint64_t key, CUstream stream, cupool_capture_fn 
     return cache_launch(&s, stream);
 }
 
+/* The figures kept per device (cupool_graph_stats_device_get), for the outputs: X(field, type,
+ * help) each. */
+#define GRAPH_DEVICE_FIELDS(X)                                                                \
+    X(launches, "counter", "Launches through the graph cache of the device's entries")        \
+    X(hits, "counter", "Of those, launches that found their signature cached")                \
+    X(misses, "counter", "Of those, launches that built a graph")                             \
+    X(instantiations, "counter", "Graph instantiations of the device's entries")              \
+    X(updates, "counter", "Launches of the device's entries that updated at least one node")  \
+    X(nodes_updated, "counter", "Node parameter updates of the device's entries")             \
+    X(evictions, "counter", "Cache entries of the device evicted")                            \
+    X(claims_lock_free, "counter", "Launches of the device's entries claimed lock-free")      \
+    X(claims_locked, "counter", "Launches of the device's entries that took the cache lock")  \
+    X(entries, "gauge", "Entries of the device cached now")                                   \
+    X(execs, "gauge", "Graph execs of the device's entries alive now")                        \
+    X(bytes, "gauge", "Estimated memory held by the device's entries")
+
+/* The devices' part of the graph report: a member "devices" of the JSON "graph" object (an
+ * array, an object per device that launched through the cache), the families
+ * cupool_graph_device_* labelled by device (a sample per such device), and a line per device
+ * in the table when two devices or more launched. */
+static void graph_devices_report(FILE *out, cupool_stats_format_t format)
+{
+    cupool_graph_stats_t dv[CUPOOL_STATS_DEVICES];
+    int used = 0;
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+        dv[d] = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+        if (cupool_graph_stats_device_get(d, &dv[d]) != CUDA_SUCCESS)
+            memset(&dv[d], 0, sizeof(dv[d]));
+        used += dv[d].launches != 0;
+    }
+    if (format == CUPOOL_STATS_FORMAT_JSON) {
+        fputs(",\"devices\":[", out);
+        bool first = true;
+        for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+            if (!dv[d].launches)
+                continue;
+            fprintf(out, "%s{\"device\":%d", first ? "" : ",", d);
+#define DEVICE_JSON(field, type, help) fprintf(out, ",\"" #field "\":%" PRIu64, dv[d].field);
+            GRAPH_DEVICE_FIELDS(DEVICE_JSON)
+#undef DEVICE_JSON
+            fputc('}', out);
+            first = false;
+        }
+        fputc(']', out);
+        return;
+    }
+    if (format == CUPOOL_STATS_FORMAT_PROMETHEUS) {
+#define DEVICE_FAMILY(field, type, help)                                                      \
+    fprintf(out,                                                                              \
+            "# HELP cupool_graph_device_" #field "%s " help "\n# TYPE cupool_graph_device_"   \
+            #field "%s " type "\n",                                                           \
+            type[0] == 'c' ? "_total" : "", type[0] == 'c' ? "_total" : "");                  \
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++)                                            \
+        if (dv[d].launches)                                                                   \
+            fprintf(out, "cupool_graph_device_" #field "%s{device=\"%d\"} %" PRIu64 "\n",     \
+                    type[0] == 'c' ? "_total" : "", d, dv[d].field);
+        GRAPH_DEVICE_FIELDS(DEVICE_FAMILY)
+#undef DEVICE_FAMILY
+        return;
+    }
+    for (int d = 0; used > 1 && d < CUPOOL_STATS_DEVICES; d++)
+        if (dv[d].launches)
+            fprintf(out,
+                    "graph cache, device %d: %" PRIu64 " launches, %" PRIu64 " hits, %" PRIu64
+                    " misses, %" PRIu64 " instantiations, %" PRIu64 " updates (%" PRIu64
+                    " nodes), %" PRIu64 " evictions; %" PRIu64 " entries, %" PRIu64
+                    " execs, %" PRIu64 " bytes\n",
+                    d, dv[d].launches, dv[d].hits, dv[d].misses, dv[d].instantiations,
+                    dv[d].updates, dv[d].nodes_updated, dv[d].evictions, dv[d].entries,
+                    dv[d].execs, dv[d].bytes);
+}
+
 /* The graph layer's part of cupool_stats_print_format: a line of the table once pipelines
- * were launched; the JSON member "graph" and the Prometheus families cupool_graph_* always. */
+ * were launched; the JSON member "graph" and the Prometheus families cupool_graph_* always;
+ * then the devices' part (graph_devices_report). */
 static CUresult graph_report(FILE *out, cupool_stats_format_t format)
 {
     cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
@@ -776,11 +902,13 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
                 ",\"update_parameters_changed\":%" PRIu64 ",\"update_not_supported\":%" PRIu64
                 ",\"update_unsupported_function_change\":%" PRIu64
                 ",\"update_attributes_changed\":%" PRIu64 ",\"update_other\":%" PRIu64
-                ",\"node_update_refusals\":%" PRIu64 ",\"update_errors\":%" PRIu64 "}",
+                ",\"node_update_refusals\":%" PRIu64 ",\"update_errors\":%" PRIu64,
                 g.uploads, g.update_topology_changed, g.update_node_type_changed,
                 g.update_function_changed, g.update_parameters_changed, g.update_not_supported,
                 g.update_unsupported_function_change, g.update_attributes_changed,
                 g.update_other, g.node_update_refusals, g.update_errors);
+        graph_devices_report(out, format);
+        fputc('}', out);
         return CUDA_SUCCESS;
     }
     if (format == CUPOOL_STATS_FORMAT_PROMETHEUS) {
@@ -827,6 +955,7 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
         GRAPH_METRIC(execs, "gauge", "Graph execs alive now");
         GRAPH_METRIC(bytes, "gauge", "Estimated host and driver memory held by the graph cache");
 #undef GRAPH_METRIC
+        graph_devices_report(out, format);
         return CUDA_SUCCESS;
     }
     if (g.launches || g.eager_launches)
@@ -837,6 +966,7 @@ static CUresult graph_report(FILE *out, cupool_stats_format_t format)
                 " entries, %" PRIu64 " execs, %" PRIu64 " bytes\n",
                 g.launches, g.hits, g.misses, g.instantiations, g.updates, g.nodes_updated,
                 g.update_failures, g.evictions, g.eager_launches, g.entries, g.execs, g.bytes);
+    graph_devices_report(out, format);
     uint64_t refused = g.update_topology_changed + g.update_node_type_changed +
                        g.update_function_changed + g.update_parameters_changed +
                        g.update_not_supported + g.update_unsupported_function_change +

@@ -37,9 +37,11 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
     stats->eager_launches = atomic_load_explicit(&cupool__st_eager, CUPOOL_RELAXED);
     uint64_t fast = 0, updates = 0, nodes = 0, compared = 0; /* counted by each thread */
     for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc)) {
-        fast += atomic_load_explicit(&tc->graph_hits, CUPOOL_RELAXED);
-        updates += atomic_load_explicit(&tc->graph_updates, CUPOOL_RELAXED);
-        nodes += atomic_load_explicit(&tc->graph_nodes_updated, CUPOOL_RELAXED);
+        for (int d = 0; d < CUPOOL_GDEV_SLOTS; d++) { /* kept per device */
+            fast += atomic_load_explicit(&tc->graph_hits[d], CUPOOL_RELAXED);
+            updates += atomic_load_explicit(&tc->graph_updates[d], CUPOOL_RELAXED);
+            nodes += atomic_load_explicit(&tc->graph_nodes_updated[d], CUPOOL_RELAXED);
+        }
         compared += atomic_load_explicit(&tc->graph_compared, CUPOOL_RELAXED);
     }
     stats->claims_lock_free = fast;
@@ -73,6 +75,50 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
         *reason[k] = atomic_load_explicit(&cupool__st_update_reason[k], CUPOOL_RELAXED);
     stats->node_update_refusals = atomic_load_explicit(&cupool__st_node_refusals, CUPOOL_RELAXED);
     stats->update_errors = atomic_load_explicit(&cupool__st_update_errors, CUPOOL_RELAXED);
+    cupool__stats_put(out, stats, sizeof(*stats));
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_graph_stats_device_get(int device, cupool_graph_stats_t *out)
+{
+    if (cupool__forked()) /* the cache lock may be held by a parent's thread */
+        return cupool__enter();
+    if (!out)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_graph_stats_device_get: stats is NULL");
+    if (cupool__stats_size(out) < CUPOOL_GRAPH_STATS_SIZE_V1)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_graph_stats_device_get: stats->size is %zu, below the %zu "
+                            "bytes of the first cupool_graph_stats_t (set it to sizeof)",
+                            cupool__stats_size(out), (size_t)CUPOOL_GRAPH_STATS_SIZE_V1);
+    if (device < 0 || device >= CUPOOL_STATS_DEVICES)
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
+                            "cupool_graph_stats_device_get: device %d is not an ordinal from 0 "
+                            "to %d (CUPOOL_STATS_DEVICES - 1)",
+                            device, CUPOOL_STATS_DEVICES - 1);
+    cupool_graph_stats_t full, *stats = &full; /* filled whole, then the caller's prefix */
+    memset(stats, 0, sizeof(*stats));
+    uint64_t fast = 0, updates = 0, nodes = 0; /* counted by each thread */
+    for (const struct cupool__tcache *tc = cupool__tcaches(); tc; tc = cupool__tc_next(tc)) {
+        fast += atomic_load_explicit(&tc->graph_hits[device], CUPOOL_RELAXED);
+        updates += atomic_load_explicit(&tc->graph_updates[device], CUPOOL_RELAXED);
+        nodes += atomic_load_explicit(&tc->graph_nodes_updated[device], CUPOOL_RELAXED);
+    }
+    struct cupool__gdev_stats *d = &cupool__st_dev[device];
+    stats->claims_lock_free = fast;
+    pthread_mutex_lock(&cupool__cache_lock);
+    stats->launches = d->launches + fast;
+    stats->claims_locked = d->launches;
+    stats->hits = d->hits + fast;
+    stats->misses = d->misses;
+    stats->evictions = d->evictions;
+    stats->entries = d->entries;
+    stats->execs = d->execs;
+    stats->bytes = d->bytes;
+    pthread_mutex_unlock(&cupool__cache_lock);
+    stats->instantiations = atomic_load_explicit(&d->inst, CUPOOL_RELAXED);
+    stats->updates = updates + atomic_load_explicit(&d->updates, CUPOOL_RELAXED);
+    stats->nodes_updated = nodes + atomic_load_explicit(&d->nodes_updated, CUPOOL_RELAXED);
     cupool__stats_put(out, stats, sizeof(*stats));
     return CUDA_SUCCESS;
 }

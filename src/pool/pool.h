@@ -200,6 +200,12 @@ static inline uint32_t cupool__pool_word_index(uint64_t word)
     return (uint32_t)(word >> POOL_INDEX_SHIFT) & (CUPOOL_MAX_CLASSES - 1);
 }
 
+/* The graph cache keeps its counters per device (cupool_graph_stats_device_get): a slot per
+ * device ordinal below CUPOOL_STATS_DEVICES, and CUPOOL_GDEV_UNKNOWN for the entries whose
+ * device is not known (the driver did not say, or a higher ordinal). */
+#define CUPOOL_GDEV_UNKNOWN CUPOOL_STATS_DEVICES
+#define CUPOOL_GDEV_SLOTS (CUPOOL_STATS_DEVICES + 1)
+
 /* A thread's memories of its graph-cache launches (src/graph/launch.c, struct cupool__ghints):
  * per signature and stream, the entry and exec it used last, for a lock-free claim of the
  * same exec next time. Only hints, validated before use; allocated by the thread's first
@@ -228,8 +234,12 @@ struct cupool__tcache {
      * out of its magazines (so that those classes can be reclaimed) */
     uint64_t retired_seen;
     struct cupool__ghints *ghints;
-    _Atomic uint64_t graph_hits; /* graph-cache hits claimed through ghints, without the lock */
-    _Atomic uint64_t graph_updates, graph_nodes_updated; /* this thread's exec updates */
+    /* This thread's graph-cache counters, per device slot of the entry (CUPOOL_GDEV_SLOTS); the
+     * whole cache's figures are their sums. hits: claimed through ghints, without the lock (a
+     * repeat launch makes one store to this thread's own line, as with one counter); updates,
+     * nodes_updated: its exec updates. */
+    _Atomic uint64_t graph_hits[CUPOOL_GDEV_SLOTS];
+    _Atomic uint64_t graph_updates[CUPOOL_GDEV_SLOTS], graph_nodes_updated[CUPOOL_GDEV_SLOTS];
     _Atomic uint64_t graph_compared; /* node parameters its launches compared with an exec's */
 };
 

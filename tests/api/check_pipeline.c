@@ -2180,6 +2180,308 @@ START_TEST(uncured_node_refusal_returns_the_error)
 }
 END_TEST
 
+/* ---- two devices: the cache holds the entries of both, counted per device ---- */
+
+/* One device's side of a two-device test: its primary context, its kernels, a stream of its
+ * own and four counters in its memory. */
+struct dev_side {
+    CUcontext ctx;
+    struct tu_kernels k;
+    CUstream s;
+    CUdeviceptr mem;
+};
+
+/* Two simulated devices (FAKECUDA_DEVICES; on the real driver, the host's), each side made
+ * with its context current. 0 when the host has one device: the test then says so and
+ * checks nothing. */
+static int two_devices(struct dev_side dv[2], const char *test)
+{
+    setenv("FAKECUDA_DEVICES", "2", 1);
+    tu_setup();
+    int count = 0;
+    TU_OK(tu.cuDeviceGetCount(&count));
+    if (count < 2) {
+        printf("%s: one device only; needs two (not run)\n", test);
+        return 0;
+    }
+    for (int d = 0; d < 2; d++) {
+        CUdevice dev;
+        TU_OK(tu.cuDeviceGet(&dev, d));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&dv[d].ctx, dev));
+        TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+        tu_load_kernels(&dv[d].k);
+        TU_OK(tu.cuStreamCreate(&dv[d].s, CU_STREAM_NON_BLOCKING));
+        TU_OK(tu.cuMemAlloc(&dv[d].mem, 4 * 4));
+        TU_OK(tu.cuMemsetD32(dv[d].mem, 0, 4));
+    }
+    return 1;
+}
+
+/* Signature A on a device: three kernels adding v, v + 1 and v + 2 into its counter 0. */
+static void fill_dev_a(cupool_pipeline_t p, const struct dev_side *d, unsigned v)
+{
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr ptr = d->mem;
+    for (unsigned i = 0; i < 3; i++) {
+        unsigned vi = v + i;
+        void *args[] = {&ptr, &vi};
+        TU_OK(cupool_pipeline_kernel(p, d->k.add_u32, 1, 1, 1, 1, 1, 1, 0, args, NULL));
+    }
+}
+
+/* Signature B on a device: its counter 1 set to v, then v added into its counter 2. */
+static void fill_dev_b(cupool_pipeline_t p, const struct dev_side *d, unsigned v)
+{
+    TU_OK(cupool_pipeline_reset(p));
+    CUdeviceptr c1 = d->mem + 4, c2 = d->mem + 8;
+    TU_OK(cupool_pipeline_kernel(p, d->k.set_u32, 1, 1, 1, 1, 1, 1, 0, (void *[]){&c1, &v},
+                                 NULL));
+    TU_OK(cupool_pipeline_kernel(p, d->k.add_u32, 1, 1, 1, 1, 1, 1, 0, (void *[]){&c2, &v},
+                                 NULL));
+}
+
+/* Device d's counters, its context current (and left current). */
+static void dev_counters(const struct dev_side *d, unsigned v[4])
+{
+    TU_OK(tu.cuCtxSetCurrent(d->ctx));
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(tu.cuMemcpyDtoH(v, d->mem, 4 * sizeof(unsigned)));
+}
+
+static cupool_graph_stats_t dstats(int device)
+{
+    cupool_graph_stats_t st = CUPOOL_GRAPH_STATS_INIT;
+    TU_OK(cupool_graph_stats_device_get(device, &st));
+    ck_assert_uint_eq(st.size, sizeof(st));
+    return st;
+}
+
+/* The figures kept per device, summed over every device, are the whole cache's (nothing of
+ * the test's is of an unknown device); the others are 0 per device. */
+static void devices_sum_to_the_totals(void)
+{
+    cupool_graph_stats_t sum, all = gstats();
+    memset(&sum, 0, sizeof sum);
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+        cupool_graph_stats_t g = dstats(d);
+        sum.launches += g.launches;
+        sum.hits += g.hits;
+        sum.misses += g.misses;
+        sum.instantiations += g.instantiations;
+        sum.updates += g.updates;
+        sum.nodes_updated += g.nodes_updated;
+        sum.evictions += g.evictions;
+        sum.entries += g.entries;
+        sum.execs += g.execs;
+        sum.bytes += g.bytes;
+        sum.claims_lock_free += g.claims_lock_free;
+        sum.claims_locked += g.claims_locked;
+        ck_assert_uint_eq(g.launches, g.claims_lock_free + g.claims_locked);
+        ck_assert_uint_eq(g.launches, g.hits + g.misses);
+        ck_assert_uint_eq(g.update_failures + g.eager_launches + g.nodes_compared + g.uploads +
+                              g.update_other + g.node_update_refusals + g.update_errors,
+                          0);
+    }
+    ck_assert_uint_eq(sum.launches, all.launches);
+    ck_assert_uint_eq(sum.hits, all.hits);
+    ck_assert_uint_eq(sum.misses, all.misses);
+    ck_assert_uint_eq(sum.instantiations, all.instantiations);
+    ck_assert_uint_eq(sum.updates, all.updates);
+    ck_assert_uint_eq(sum.nodes_updated, all.nodes_updated);
+    ck_assert_uint_eq(sum.evictions, all.evictions);
+    ck_assert_uint_eq(sum.entries, all.entries);
+    ck_assert_uint_eq(sum.execs, all.execs);
+    ck_assert_uint_eq(sum.bytes, all.bytes);
+    ck_assert_uint_eq(sum.claims_lock_free, all.claims_lock_free);
+    ck_assert_uint_eq(sum.claims_locked, all.claims_locked);
+}
+
+/* The same structures launched with each device current on a stream of its own, interleaved:
+ * one pipeline described for each device in turn (signature A) and a pipeline per device
+ * (signature B). The cache holds an entry per (device, signature) at once; every launch runs
+ * its device's exec (the driver refuses an exec launched on another context's stream, and
+ * each device's counters come out as its own launches made them); the statistics of each
+ * device count its own launches, exactly, and add up to the whole cache's. */
+START_TEST(two_devices_side_by_side_in_the_cache)
+{
+    struct dev_side dv[2];
+    if (!two_devices(dv, "two_devices_side_by_side_in_the_cache"))
+        return;
+    enum { ROUNDS = 40 };
+    cupool_pipeline_t a, b[2];
+    TU_OK(cupool_pipeline_create(&a));
+    for (int d = 0; d < 2; d++)
+        TU_OK(cupool_pipeline_create(&b[d]));
+    unsigned sum0[2] = {0, 0}, last1[2] = {0, 0}, sum2[2] = {0, 0};
+    for (int round = 0; round < ROUNDS; round++)
+        for (int d = 0; d < 2; d++) {
+            TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+            unsigned v = 1 + (unsigned)round + 1000 * (unsigned)d;
+            fill_dev_a(a, &dv[d], v);
+            TU_OK(cupool_pipeline_launch(a, dv[d].s));
+            fill_dev_b(b[d], &dv[d], 2 * v);
+            TU_OK(cupool_pipeline_launch(b[d], dv[d].s));
+            sum0[d] += 3 * v + 3;
+            last1[d] = 2 * v;
+            sum2[d] += 2 * v;
+        }
+    for (int d = 0; d < 2; d++) {
+        unsigned v[4];
+        dev_counters(&dv[d], v);
+        ck_assert_uint_eq(v[0], sum0[d]);
+        ck_assert_uint_eq(v[1], last1[d]);
+        ck_assert_uint_eq(v[2], sum2[d]);
+        ck_assert_uint_eq(v[3], 0);
+    }
+    cupool_graph_stats_t all = gstats();
+    ck_assert_uint_eq(all.launches, 4 * ROUNDS);
+    ck_assert_uint_eq(all.entries, 4); /* two signatures on each device, side by side */
+    ck_assert_uint_eq(all.eager_launches, 0);
+    for (int d = 0; d < 2; d++) {
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.launches, 2 * ROUNDS);
+        ck_assert_uint_eq(g.misses, 2);
+        ck_assert_uint_eq(g.hits, 2 * ROUNDS - 2);
+        ck_assert_uint_eq(g.instantiations, 2);
+        ck_assert_uint_eq(g.entries, 2);
+        ck_assert_uint_eq(g.execs, 2); /* one stream */
+        ck_assert_uint_gt(g.bytes, 0);
+        /* from the second round on, each launch claims the exec its thread's hint names */
+        ck_assert_uint_eq(g.claims_locked, 2);
+        ck_assert_uint_eq(g.claims_lock_free, 2 * ROUNDS - 2);
+        /* every launch after a signature's first changed every argument: A's 3, B's 2 */
+        ck_assert_uint_eq(g.updates, 2 * (ROUNDS - 1));
+        ck_assert_uint_eq(g.nodes_updated, 5 * (ROUNDS - 1));
+        ck_assert_uint_eq(g.evictions, 0);
+    }
+    ck_assert_uint_eq(dstats(0).bytes + dstats(1).bytes, all.bytes);
+    for (int d = 2; d < CUPOOL_STATS_DEVICES; d++)
+        ck_assert_uint_eq(dstats(d).launches, 0);
+    devices_sum_to_the_totals();
+
+    /* a trim evicts each device's entries, counted on its device; the next launches miss
+     * again, each on its device */
+    TU_OK(cupool_trim());
+    for (int d = 0; d < 2; d++) {
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.evictions, 2);
+        ck_assert_uint_eq(g.entries, 0);
+        ck_assert_uint_eq(g.execs, 0);
+        ck_assert_uint_eq(g.bytes, 0);
+    }
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+        fill_dev_a(a, &dv[d], 7);
+        TU_OK(cupool_pipeline_launch(a, dv[d].s));
+        sum0[d] += 3 * 7 + 3;
+    }
+    for (int d = 0; d < 2; d++) {
+        unsigned v[4];
+        dev_counters(&dv[d], v);
+        ck_assert_uint_eq(v[0], sum0[d]);
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.misses, 3);
+        ck_assert_uint_eq(g.launches, 2 * ROUNDS + 1);
+        ck_assert_uint_eq(g.entries, 1);
+        ck_assert_uint_eq(g.execs, 1);
+        ck_assert_uint_eq(g.instantiations, 3);
+    }
+    devices_sum_to_the_totals();
+    if (tu_fake.present) {
+        /* what a wrong-device exec would meet: device 0's pipeline on device 1's stream is
+         * refused (the launch reports it), nothing of device 1 is touched */
+        TU_OK(tu.cuCtxSetCurrent(dv[0].ctx));
+        fill_dev_a(a, &dv[0], 5);
+        ck_assert_int_ne(cupool_pipeline_launch(a, dv[1].s), CUDA_SUCCESS);
+        unsigned v[4];
+        dev_counters(&dv[1], v);
+        ck_assert_uint_eq(v[0], sum0[1]);
+    }
+    TU_OK(cupool_pipeline_destroy(a));
+    for (int d = 0; d < 2; d++)
+        TU_OK(cupool_pipeline_destroy(b[d]));
+}
+END_TEST
+
+/* Two threads, each launching signature A on one device and then, after a barrier, on the
+ * other: the claims each makes without the lock count in its own counters, per device, and
+ * each device's statistics are the sum of both threads' for that device. */
+enum { TWO_DEV_ROUNDS = 25 };
+static struct dev_side two_dv[2];
+static pthread_barrier_t two_dev_phase;
+
+static void *two_dev_launcher(void *arg)
+{
+    int first = (int)(intptr_t)arg;
+    cupool_pipeline_t p;
+    if (cupool_pipeline_create(&p) != CUDA_SUCCESS)
+        thread_errors++;
+    for (int phase = 0; phase < 2; phase++) {
+        int d = phase ? 1 - first : first;
+        if (tu.cuCtxSetCurrent(two_dv[d].ctx) != CUDA_SUCCESS)
+            thread_errors++;
+        for (int round = 0; round < TWO_DEV_ROUNDS; round++) {
+            /* (no Check assertion off the test's thread: counted instead) */
+            CUdeviceptr ptr = two_dv[d].mem;
+            unsigned v = 1 + (unsigned)round + 100 * (unsigned)phase;
+            if (cupool_pipeline_reset(p) != CUDA_SUCCESS)
+                thread_errors++;
+            for (unsigned i = 0; i < 3; i++) {
+                unsigned vi = v + i;
+                if (cupool_pipeline_kernel(p, two_dv[d].k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+                                           (void *[]){&ptr, &vi}, NULL) != CUDA_SUCCESS)
+                    thread_errors++;
+            }
+            if (cupool_pipeline_launch(p, two_dv[d].s) != CUDA_SUCCESS)
+                thread_errors++;
+        }
+        if (tu.cuStreamSynchronize(two_dv[d].s) != CUDA_SUCCESS)
+            thread_errors++;
+        pthread_barrier_wait(&two_dev_phase); /* the other device's turn */
+    }
+    cupool_pipeline_destroy(p);
+    return NULL;
+}
+
+START_TEST(two_devices_claim_lock_free_per_thread)
+{
+    if (!two_devices(two_dv, "two_devices_claim_lock_free_per_thread"))
+        return;
+    ck_assert_int_eq(pthread_barrier_init(&two_dev_phase, NULL, 2), 0);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, two_dev_launcher, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&two_dev_phase);
+    ck_assert_int_eq(thread_errors, 0);
+    /* each phase's launches add 3v + 3 for v = 1 + round (+ 100 in the second) */
+    unsigned expect = 0;
+    for (unsigned phase = 0; phase < 2; phase++)
+        for (unsigned round = 0; round < TWO_DEV_ROUNDS; round++)
+            expect += 3 * (1 + round + 100 * phase) + 3;
+    for (int d = 0; d < 2; d++) {
+        unsigned v[4];
+        dev_counters(&two_dv[d], v);
+        ck_assert_uint_eq(v[0], expect);
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.launches, 2 * TWO_DEV_ROUNDS);
+        ck_assert_uint_eq(g.misses, 1);
+        ck_assert_uint_eq(g.entries, 1);
+        ck_assert_uint_eq(g.execs, 1); /* one stream: the second thread takes the first's */
+        ck_assert_uint_eq(g.instantiations, 1);
+        /* the miss; then the second thread's first launch, whose hints name nothing of this
+         * device yet */
+        ck_assert_uint_eq(g.claims_locked, 2);
+        ck_assert_uint_eq(g.claims_lock_free, 2 * TWO_DEV_ROUNDS - 2);
+        ck_assert_uint_eq(g.updates, 2 * TWO_DEV_ROUNDS - 1);
+        ck_assert_uint_eq(g.nodes_updated, 3 * (2 * TWO_DEV_ROUNDS - 1));
+    }
+    devices_sum_to_the_totals();
+    ck_assert_uint_eq(gstats().claims_lock_free, 4 * TWO_DEV_ROUNDS - 4);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -2224,6 +2526,8 @@ int main(void)
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     tcase_add_test(env, one_signature_on_twelve_streams_claims_lock_free);
     tcase_add_test(env, cluster_dimension_eager);
+    tcase_add_test(env, two_devices_side_by_side_in_the_cache);
+    tcase_add_test(env, two_devices_claim_lock_free_per_thread);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");

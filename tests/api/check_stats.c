@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -684,6 +685,44 @@ static void traffic(void)
 
 /* ---- JSON ---- */
 
+/* Device d's graph statistics (cupool_graph_stats_device_get). */
+static cupool_graph_stats_t device_stats(int d)
+{
+    cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
+    TU_OK(cupool_graph_stats_device_get(d, &g));
+    return g;
+}
+
+/* The "devices" array of the JSON "graph" object: an object per device that launched through
+ * the cache, in ordinal order, each with the figures cupool_graph_stats_device_get gives. */
+static void json_devices_match(const struct jv *devs)
+{
+    ck_assert_int_eq(devs->type, J_ARR);
+    size_t i = 0;
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+        cupool_graph_stats_t g = device_stats(d);
+        if (!g.launches)
+            continue;
+        ck_assert_uint_lt(i, devs->n);
+        const struct jv *o = devs->items[i++];
+        ck_assert_uint_eq(o->n, 13);
+        ck_assert_int_eq(jsigned(o, "device"), d);
+        ck_assert_uint_eq(jint(o, "launches"), g.launches);
+        ck_assert_uint_eq(jint(o, "hits"), g.hits);
+        ck_assert_uint_eq(jint(o, "misses"), g.misses);
+        ck_assert_uint_eq(jint(o, "instantiations"), g.instantiations);
+        ck_assert_uint_eq(jint(o, "updates"), g.updates);
+        ck_assert_uint_eq(jint(o, "nodes_updated"), g.nodes_updated);
+        ck_assert_uint_eq(jint(o, "evictions"), g.evictions);
+        ck_assert_uint_eq(jint(o, "claims_lock_free"), g.claims_lock_free);
+        ck_assert_uint_eq(jint(o, "claims_locked"), g.claims_locked);
+        ck_assert_uint_eq(jint(o, "entries"), g.entries);
+        ck_assert_uint_eq(jint(o, "execs"), g.execs);
+        ck_assert_uint_eq(jint(o, "bytes"), g.bytes);
+    }
+    ck_assert_uint_eq(devs->n, i);
+}
+
 static void json_matches(const struct jv *doc)
 {
     ck_assert_str_eq(jstr(doc, "version"), cupool_version());
@@ -734,7 +773,7 @@ static void json_matches(const struct jv *doc)
     cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
     TU_OK(cupool_graph_stats_get(&g));
     const struct jv *jg = jget(doc, "graph");
-    ck_assert_uint_eq(jg->n, 26);
+    ck_assert_uint_eq(jg->n, 27);
     ck_assert_uint_eq(jint(jg, "launches"), g.launches);
     ck_assert_uint_eq(jint(jg, "hits"), g.hits);
     ck_assert_uint_eq(jint(jg, "misses"), g.misses);
@@ -762,6 +801,7 @@ static void json_matches(const struct jv *doc)
     ck_assert_uint_eq(jint(jg, "update_other"), g.update_other);
     ck_assert_uint_eq(jint(jg, "node_update_refusals"), g.node_update_refusals);
     ck_assert_uint_eq(jint(jg, "update_errors"), g.update_errors);
+    json_devices_match(jget(jg, "devices"));
 }
 
 START_TEST(json_matches_the_get_functions)
@@ -817,6 +857,12 @@ START_TEST(json_of_graph_launches)
     struct jv *doc = json_parse(text);
     json_matches(doc);
     ck_assert_uint_eq(jint(jget(doc, "graph"), "launches"), 3);
+    /* the launches' device, and only it */
+    const struct jv *devs = jget(jget(doc, "graph"), "devices");
+    ck_assert_uint_eq(devs->n, 1);
+    ck_assert_int_eq(jsigned(devs->items[0], "device"), tu_dev);
+    ck_assert_uint_eq(jint(devs->items[0], "launches"), 3);
+    ck_assert_uint_eq(jint(devs->items[0], "misses"), 1);
     jfree(doc);
     free(text);
     TU_OK(cupool_pipeline_destroy(p));
@@ -917,6 +963,90 @@ START_TEST(graph_refusals_in_every_format)
     TU_OK(cupool_pipeline_destroy(p));
     TU_OK(cupool_stream_release(s));
     TU_OK(tu.cuMemFree(refused_mem));
+}
+END_TEST
+
+/* Pipelines launched on two devices (three launches with device 0 current, five with device
+ * 1): each format lists both devices with the figures cupool_graph_stats_device_get gives,
+ * and the table a line per device. */
+START_TEST(graph_devices_in_every_format)
+{
+    setenv("CUPOOL_BACKGROUND", "0", 1);
+    setenv("FAKECUDA_DEVICES", "2", 1); /* the simulated driver: two devices */
+    tu_setup();
+    int count = 0;
+    TU_OK(tu.cuDeviceGetCount(&count));
+    if (count < 2) {
+        printf("graph_devices_in_every_format: one device only; needs two (not run)\n");
+        return;
+    }
+    CUcontext ctx[2];
+    CUstream s[2];
+    CUdeviceptr mem[2];
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    for (int d = 0; d < 2; d++) {
+        CUdevice dev;
+        TU_OK(tu.cuDeviceGet(&dev, d));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&ctx[d], dev));
+        TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        TU_OK(tu.cuStreamCreate(&s[d], CU_STREAM_NON_BLOCKING));
+        TU_OK(tu.cuMemAlloc(&mem[d], 64));
+        for (int i = 0; i < 3 + 2 * d; i++) {
+            TU_OK(cupool_pipeline_reset(p));
+            TU_OK(cupool_pipeline_memset(p, mem[d], (unsigned)i, 4, 16, NULL));
+            TU_OK(cupool_pipeline_launch(p, s[d]));
+        }
+        TU_OK(tu.cuStreamSynchronize(s[d]));
+    }
+    for (int d = 0; d < 2; d++) {
+        cupool_graph_stats_t g = device_stats(d);
+        ck_assert_uint_eq(g.launches, 3 + 2 * (unsigned)d);
+        ck_assert_uint_eq(g.misses, 1);
+        ck_assert_uint_eq(g.entries, 1);
+    }
+    char *text = printed(CUPOOL_STATS_FORMAT_JSON);
+    struct jv *doc = json_parse(text);
+    json_matches(doc);
+    const struct jv *devs = jget(jget(doc, "graph"), "devices");
+    ck_assert_uint_eq(devs->n, 2);
+    ck_assert_int_eq(jsigned(devs->items[0], "device"), 0);
+    ck_assert_uint_eq(jint(devs->items[0], "launches"), 3);
+    ck_assert_int_eq(jsigned(devs->items[1], "device"), 1);
+    ck_assert_uint_eq(jint(devs->items[1], "launches"), 5);
+    jfree(doc);
+    free(text);
+    text = printed(CUPOOL_STATS_FORMAT_PROMETHEUS);
+    struct prom pr;
+    prom_parse(text, &pr);
+    cupool_graph_stats_t g = CUPOOL_GRAPH_STATS_INIT;
+    TU_OK(cupool_graph_stats_get(&g));
+    prom_graph_matches(&pr, &g);
+    ck_assert(prom_value(&pr, "cupool_graph_device_launches_total", "device=\"0\"") == 3);
+    ck_assert(prom_value(&pr, "cupool_graph_device_launches_total", "device=\"1\"") == 5);
+    free(pr.s);
+    free(text);
+    text = printed(CUPOOL_STATS_FORMAT_TABLE);
+    for (int d = 0; d < 2; d++) {
+        cupool_graph_stats_t dg = device_stats(d);
+        char line[512];
+        snprintf(line, sizeof(line),
+                 "graph cache, device %d: %llu launches, %llu hits, 1 misses, %llu "
+                 "instantiations, %llu updates (%llu nodes), 0 evictions; 1 entries, %llu "
+                 "execs, %llu bytes\n",
+                 d, (unsigned long long)dg.launches, (unsigned long long)dg.hits,
+                 (unsigned long long)dg.instantiations, (unsigned long long)dg.updates,
+                 (unsigned long long)dg.nodes_updated, (unsigned long long)dg.execs,
+                 (unsigned long long)dg.bytes);
+        ck_assert_msg(strstr(text, line), "no line \"%s\" in:\n%s", line, text);
+    }
+    free(text);
+    TU_OK(cupool_pipeline_destroy(p));
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        TU_OK(tu.cuStreamDestroy(s[d]));
+        TU_OK(tu.cuMemFree(mem[d]));
+    }
 }
 END_TEST
 
@@ -1035,6 +1165,44 @@ START_TEST(prometheus_one_series_per_key_after_context_release)
 }
 END_TEST
 
+/* The families cupool_graph_device_*: a sample per device that launched through the cache,
+ * labelled device="N", each what cupool_graph_stats_device_get says; none for the others. */
+static void prom_devices_match(const struct prom *pr)
+{
+    static const char *const names[] = {
+        "cupool_graph_device_launches_total", "cupool_graph_device_hits_total",
+        "cupool_graph_device_misses_total", "cupool_graph_device_instantiations_total",
+        "cupool_graph_device_updates_total", "cupool_graph_device_nodes_updated_total",
+        "cupool_graph_device_evictions_total", "cupool_graph_device_claims_lock_free_total",
+        "cupool_graph_device_claims_locked_total", "cupool_graph_device_entries",
+        "cupool_graph_device_execs", "cupool_graph_device_bytes",
+    };
+    size_t used = 0;
+    for (int d = 0; d < CUPOOL_STATS_DEVICES; d++) {
+        cupool_graph_stats_t g = device_stats(d);
+        const uint64_t v[] = {g.launches,       g.hits,          g.misses,
+                              g.instantiations, g.updates,       g.nodes_updated,
+                              g.evictions,      g.claims_lock_free, g.claims_locked,
+                              g.entries,        g.execs,         g.bytes};
+        if (!g.launches)
+            continue;
+        used++;
+        char labels[32];
+        snprintf(labels, sizeof(labels), "device=\"%d\"", d);
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+            ck_assert_msg(prom_value(pr, names[i], labels) == (double)v[i],
+                          "%s{%s}: %g, expected %llu", names[i], labels,
+                          prom_value(pr, names[i], labels), (unsigned long long)v[i]);
+    }
+    size_t samples = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        ck_assert_str_eq(prom_type(pr, names[i]), strstr(names[i], "_total") ? "counter" : "gauge");
+        for (size_t k = 0; k < pr->n; k++)
+            samples += !strcmp(pr->s[k].name, names[i]);
+    }
+    ck_assert_uint_eq(samples, used * (sizeof(names) / sizeof(names[0])));
+}
+
 /* Every graph counter of the exposition against cupool_graph_stats_get(). */
 static void prom_graph_matches(const struct prom *pr, const cupool_graph_stats_t *g)
 {
@@ -1075,6 +1243,7 @@ static void prom_graph_matches(const struct prom *pr, const cupool_graph_stats_t
                       m[i].name, prom_value(pr, m[i].name, ""), (unsigned long long)m[i].v);
         ck_assert_str_eq(prom_type(pr, m[i].name), strstr(m[i].name, "_total") ? "counter" : "gauge");
     }
+    prom_devices_match(pr);
 }
 
 START_TEST(prometheus_matches_the_get_functions)
@@ -1141,7 +1310,8 @@ START_TEST(prometheus_matches_the_get_functions)
     ck_assert_str_eq(prom_type(&pr, "cupool_graph_entries"), "gauge");
     ck_assert_str_eq(prom_type(&pr, "cupool_graph_launches_total"), "counter");
     prom_graph_matches(&pr, &g);
-    ck_assert_uint_eq(pr.ntypes, 46); /* info, metadata, classes; 10 per class; 7; 26 */
+    /* info, metadata, classes; 10 per class; 7; 26; 12 per device */
+    ck_assert_uint_eq(pr.ntypes, 58);
     free(pr.s);
     free(text);
     for (int i = 0; i < 2; i++)
@@ -1351,6 +1521,86 @@ START_TEST(too_small_a_size_is_refused)
     ck_assert_msg(strstr(cupool_error_string(), "size"), "%s", cupool_error_string());
     for (int i = 0; i < 2; i++)
         TU_OK(cupool_stream_release(held[i]));
+}
+END_TEST
+
+/* cupool_graph_stats_device_get's refusals write nothing: a device outside [0,
+ * CUPOOL_STATS_DEVICES), stats NULL, a size below the first version's; a first-version size
+ * gets its prefix alone; a device that launched nothing gets zeros; before cupool is
+ * initialised it answers all the same. */
+START_TEST(graph_device_stats_bad_input)
+{
+    cupool_graph_stats_t g;
+    unsigned char gb[sizeof(g) + SLACK];
+    g = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+    g.launches = 99;
+    TU_OK(cupool_graph_stats_device_get(0, &g)); /* not initialised yet: never calls the driver */
+    ck_assert_uint_eq(g.size, sizeof(g));
+    ck_assert_uint_eq(g.launches, 0);
+    tu_setup();
+    const int bad[] = {-1, CUPOOL_STATS_DEVICES, CUPOOL_STATS_DEVICES + 1, INT_MIN, INT_MAX};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        memset(gb, GUARD, sizeof(gb));
+        size_t full = sizeof(g);
+        memcpy(gb, &full, sizeof(full));
+        TU_EQ(cupool_graph_stats_device_get(bad[k], (cupool_graph_stats_t *)(void *)gb),
+              CUDA_ERROR_INVALID_VALUE);
+        assert_guard(gb, sizeof(size_t), sizeof(gb), "refused device graph stats");
+        ck_assert_msg(strstr(cupool_error_string(), "device"), "%s", cupool_error_string());
+    }
+    TU_EQ(cupool_graph_stats_device_get(0, NULL), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_msg(strstr(cupool_error_string(), "NULL"), "%s", cupool_error_string());
+    const size_t small[] = {0, sizeof(size_t), CUPOOL_GRAPH_STATS_SIZE_V1 - 1};
+    for (size_t k = 0; k < sizeof(small) / sizeof(small[0]); k++) {
+        memset(gb, GUARD, sizeof(gb));
+        memcpy(gb, &small[k], sizeof(small[k]));
+        TU_EQ(cupool_graph_stats_device_get(0, (cupool_graph_stats_t *)(void *)gb),
+              CUDA_ERROR_INVALID_VALUE);
+        assert_guard(gb, sizeof(size_t), sizeof(gb), "refused device graph stats");
+        ck_assert_msg(strstr(cupool_error_string(), "size"), "%s", cupool_error_string());
+    }
+    /* a launch on this device: a first-version caller gets its prefix, and nothing past it */
+    CUstream s;
+    TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+    CUdeviceptr mem;
+    TU_OK(tu.cuMemAlloc(&mem, 64));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    TU_OK(cupool_pipeline_memset(p, mem, 1, 4, 16, NULL));
+    TU_OK(cupool_pipeline_launch(p, s));
+    TU_OK(cupool_pipeline_launch(p, s));
+    TU_OK(tu.cuStreamSynchronize(s));
+    memset(gb, GUARD, sizeof(gb));
+    size_t gv1 = CUPOOL_GRAPH_STATS_SIZE_V1;
+    memcpy(gb, &gv1, sizeof(gv1));
+    TU_OK(cupool_graph_stats_device_get(tu_dev, (cupool_graph_stats_t *)(void *)gb));
+    memcpy(&g, gb, gv1);
+    ck_assert_uint_eq(g.size, gv1);
+    ck_assert_uint_eq(g.launches, 2);
+    ck_assert_uint_eq(g.misses, 1);
+    ck_assert_uint_eq(g.hits, 1);
+    ck_assert_uint_eq(g.entries, 1);
+    assert_guard(gb, gv1, sizeof(gb), "device graph stats, first version");
+    /* a newer caller's larger struct: what the library has, and size says so */
+    memset(gb, GUARD, sizeof(gb));
+    size_t big = sizeof(gb);
+    memcpy(gb, &big, sizeof(big));
+    TU_OK(cupool_graph_stats_device_get(tu_dev, (cupool_graph_stats_t *)(void *)gb));
+    size_t said;
+    memcpy(&said, gb, sizeof(said));
+    ck_assert_uint_eq(said, sizeof(g));
+    assert_guard(gb, sizeof(g), sizeof(gb), "device graph stats, newer caller");
+    /* the last valid ordinal, which launched nothing: zeros */
+    g = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+    memset((char *)&g + sizeof(size_t), 0x5a, sizeof(g) - sizeof(size_t));
+    TU_OK(cupool_graph_stats_device_get(CUPOOL_STATS_DEVICES - 1, &g));
+    cupool_graph_stats_t zero;
+    memset(&zero, 0, sizeof(zero));
+    zero.size = sizeof(zero);
+    ck_assert(memcmp(&g, &zero, sizeof(g)) == 0);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(tu.cuMemFree(mem));
+    TU_OK(cupool_stream_release(s));
 }
 END_TEST
 
@@ -1571,6 +1821,7 @@ int main(void)
     tcase_add_test(tc, prometheus_matches_the_get_functions);
     tcase_add_test(tc, prometheus_one_series_per_key_after_context_release);
     tcase_add_test(tc, print_format_refuses_bad_arguments);
+    tcase_add_test(tc, graph_devices_in_every_format);
     if (!tu_real()) { /* a driver at a path of the test's choosing; its controls */
         tcase_add_test(tc, json_escapes_the_driver_path);
         tcase_add_test(tc, graph_refusals_in_every_format);
@@ -1580,6 +1831,7 @@ int main(void)
     tcase_add_test(abi, first_version_size_gets_its_prefix);
     tcase_add_test(abi, larger_size_gets_what_the_library_has);
     tcase_add_test(abi, too_small_a_size_is_refused);
+    tcase_add_test(abi, graph_device_stats_bad_input);
     tcase_add_test(abi, device_of_each_class);
     tcase_add_test(abi, device_unknown_when_the_driver_fails);
     suite_add_tcase(s, abi);

@@ -202,6 +202,7 @@ static int child_calls(CUstream parents_stream)
     REFUSED(cupool_capture_launch(1, NULL, storm_capture, NULL, 0));
     REFUSED(cupool_stats_get(st, 4, &n));
     REFUSED(cupool_graph_stats_get(&g));
+    REFUSED(cupool_graph_stats_device_get(0, &g));
     REFUSED(cupool_cuStreamCreate(&s, 0));
     REFUSED(cupool_cuEventDestroy((CUevent)(uintptr_t)0x1234));
 #undef REFUSED

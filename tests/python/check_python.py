@@ -215,7 +215,8 @@ class Stats(unittest.TestCase):
     def test_keys_and_values(self):
         with cupool.stream(0, 0):
             st = cupool.stats()
-        self.assertEqual(set(st), {"classes", "maintenance", "graph", "metadata_bytes"})
+        self.assertEqual(set(st), {"classes", "maintenance", "graph", "graph_devices",
+                                   "metadata_bytes"})
         cls = st["classes"]
         self.assertTrue(cls)
         keys = {"kind", "context_id", "device", "flags", "priority", "context_alive", "acquires", "hits",
@@ -283,7 +284,16 @@ class Capture(unittest.TestCase):
             self.assertTrue(cupool.capture_launch(key + 1, s, work, replay=False))
             self.assertEqual(len(calls), 3)
             self.assertEqual(self.value(s), 9)  # captured again, the exec updated
-            self.assertEqual(cupool.stats()["graph"]["launches"], launches + 4)
+            st = cupool.stats()
+            self.assertEqual(st["graph"]["launches"], launches + 4)
+            # one device: its figures are the whole cache's
+            self.assertEqual(set(st["graph_devices"]), {0})
+            dev = st["graph_devices"][0]
+            self.assertEqual(set(dev), {"launches", "hits", "misses", "instantiations", "updates",
+                                        "nodes_updated", "evictions", "entries", "execs",
+                                        "bytes", "claims_lock_free", "claims_locked"})
+            for f in dev:
+                self.assertEqual(dev[f], st["graph"][f], f)
 
     def test_exception_in_fn(self):
         class Boom(Exception):
