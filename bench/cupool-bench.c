@@ -23,7 +23,8 @@
  * on a thread-private array stack (what a magazine hit does, without cupool's checks).
  * `workloads` (bench/workloads.c) runs the ways services use cupool away from that best case:
  * hand-off between threads, bursts, drop-in batches, alternating classes, the explicit pools
- * against their driver-call floors, and a service mix, each beside its floor in the same run.
+ * against their driver-call floors, and a service mix, each beside its floor in the same run,
+ * and the service mix on device 0 alone against every device at once (`--devices`).
  * Without a GPU the run says so and uses the simulated driver; every figure is then labelled
  * "simulated".
  */
@@ -399,7 +400,7 @@ static void usage(FILE *f)
                "[--pairs N] [--driver-pairs N] [--repeats R] [--graph-launches N] [--timeline] "
                "[--json]\n"
                "       cupool-bench workloads [--json] [--quick] [--signatures S] "
-               "[--timer tsc|clock] [NAMES...]\n"
+               "[--timer tsc|clock] [--devices N|all] [NAMES...]\n"
                "  streams, events   acquire+release vs create+destroy (default: the first three)\n"
                "  calls             the driver calls on cupool's hot paths, alone\n"
                "  graphs            pipelines of 1, 10, 50 kernels: eager, hand-written graph,\n"
@@ -417,7 +418,8 @@ static void usage(FILE *f)
                "                    graphs: a \"graphs\" object in it)\n"
                "  workloads         hand-off, bursts, drop-in batches, class clashes, explicit\n"
                "                    pools, a service mix, each beside its floor; latency\n"
-               "                    percentiles (cupool-bench workloads --help says more)\n");
+               "                    percentiles; the mix on each device at once (devices)\n"
+               "                    (cupool-bench workloads --help says more)\n");
 }
 
 static long parse_long(const char *s, const char *what, long min, long max)

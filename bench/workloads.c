@@ -3,7 +3,8 @@
  * cupool-bench workloads: the ways services use cupool away from its best case, each beside
  * its floor measured in the same run.
  *
- *   cupool-bench workloads [--json] [--quick] [--signatures S] [--timer tsc|clock] [NAMES...]
+ *   cupool-bench workloads [--json] [--quick] [--signatures S] [--timer tsc|clock]
+ *                          [--devices N|all] [NAMES...]
  *
  * Workloads (NAMES; all of them, in this order, when none is named):
  *   handoff       thread A acquires streams and passes them through a single-producer
@@ -66,6 +67,18 @@
  *                 each acquire (cuCtxGetId, cuStreamIsCapturing for the stream), the checked
  *                 row's floor; and "by hand, blind writes": "by hand" with the records only
  *                 written, not checked (a reference: what the check itself costs).
+ *                 With --devices N > 1 the request threads are spread over N devices (thread
+ *                 i on device i % N: its primary context current, its pipeline, counter and
+ *                 explicit pools of that context), each device has a completion thread of
+ *                 its own, and every 4th request of a thread is released by the next
+ *                 device's completion thread, with that device current; each acquired
+ *                 stream's context is checked (cuStreamGetCtx). Every row ends by reading
+ *                 back each thread's counter slots and checking each value.
+ *   devices       the service mix (checked, then promised) on device 0's request threads
+ *                 alone, then on every device's at once (--devices N, default every device;
+ *                 with fewer than two it says it needs two and gives no figure): per device
+ *                 requests/s, ns per request, the single calls' percentiles, its classes'
+ *                 creates and destroys, and device 0 with all busy over device 0 alone.
  * The graph-cache workloads (signatures alternating on one stream, one signature on K
  * streams, describing per request) are part of `cupool-bench graphs`.
  *
@@ -112,10 +125,20 @@
 
 /* ---- options ---- */
 
-enum wl_id { W_HANDOFF, W_BURST, W_BURST_COLD, W_DROPIN, W_CLASH, W_EXPLICIT, W_MIX, W_COUNT };
-static const char *const wl_names[W_COUNT] = {"handoff",     "burst",    "burst-cold",
+enum wl_id {
+    W_HANDOFF,
+    W_BURST,
+    W_BURST_COLD,
+    W_DROPIN,
+    W_CLASH,
+    W_EXPLICIT,
+    W_MIX,
+    W_DEVICES,
+    W_COUNT
+};
+static const char *const wl_names[W_COUNT] = {"handoff",      "burst",       "burst-cold",
                                               "dropin-batch", "class-clash", "explicit",
-                                              "service-mix"};
+                                              "service-mix",  "devices"};
 static const char *const wl_what[W_COUNT] = {
     "thread A acquires, thread B releases, through a 1024-slot ring; ns per handle",
     "M acquires then M releases on one thread, vouched explicit-pool streams; ns per pair",
@@ -123,29 +146,42 @@ static const char *const wl_what[W_COUNT] = {
     "1000 drop-in creates then 1000 destroys, repeated; ns per create+destroy",
     "current-context API alternating keys on one thread; ns per pair",
     "explicit pools and the current-context API against their driver-call floors; ns per pair",
-    "16 request threads, one completion thread, S pipeline signatures; ns per call"};
+    "16 request threads, one completion thread, S pipeline signatures; ns per call",
+    "the service mix on device 0 alone, then on every device at once; per device"};
 
 static int want[W_COUNT], order[W_COUNT], norder;
 static int opt_json, opt_quick, opt_signatures = 4, opt_timer_clock;
+/* --devices: 0 when not given (the service mix on device 0; the devices workload on every
+ * device), -1 for "all" */
+static int opt_devices;
+
+#define WL_MAX_DEV 16 /* one service-mix request thread per device at least */
 
 static void wl_usage(FILE *f)
 {
     fprintf(f,
             "usage: cupool-bench workloads [--json] [--quick] [--signatures S] "
-            "[--timer tsc|clock] [NAMES...]\n"
+            "[--timer tsc|clock] [--devices N|all] [NAMES...]\n"
             "  NAMES            any of: handoff burst burst-cold dropin-batch class-clash "
             "explicit\n"
-            "                   service-mix (default: all, in that order)\n"
+            "                   service-mix devices (default: all, in that order; devices is\n"
+            "                   skipped, saying why, where fewer than two devices are used)\n"
             "  --json           one JSON document on stdout instead of tables\n"
             "  --quick          a tenth of the iterations (for tests; figures are noisier)\n"
             "  --signatures S   service-mix: pipeline signatures, 1 to 64 (default 4)\n"
+            "  --devices N      1 to the device count (at most %d), or all: service-mix spreads\n"
+            "                   its request threads over N devices (thread i on device i %% N;\n"
+            "                   default 1), devices runs on N (default: every device)\n"
             "  --timer T        single-call timer: tsc (default where the CPU has an invariant\n"
             "                   TSC) or clock (clock_gettime(CLOCK_MONOTONIC))\n"
             "service-mix rows: checked (pools that check their context, streams released\n"
             "unvouched) and promised (CUPOOL_POOL_CONTEXT_OUTLIVES pools, streams released\n"
             "vouched: no driver call on a request thread). The run ends with the key figures,\n"
             "each against its target (stated for the H200: on the simulated driver they get\n"
-            "no verdict; (aim): a goal, not a requirement). cupool-bench(1) says more.\n");
+            "no verdict; (aim): a goal, not a requirement). devices: the service mix on\n"
+            "device 0 alone, then on N devices at once, per device, and device 0 busy beside\n"
+            "the others over device 0 alone. cupool-bench(1) says more.\n",
+            WL_MAX_DEV);
 }
 
 /* 0: go on; 1: --help printed (exit 0); 2: bad arguments (printed). */
@@ -179,6 +215,18 @@ int cupool_bench_workloads_parse(int argc, char **argv, int *json)
                 return 2;
             }
             opt_signatures = (int)v;
+        } else if (i + 1 < argc && !strcmp(a, "--devices")) {
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            if (!strcmp(argv[i], "all"))
+                opt_devices = -1;
+            else if (errno || *end || v < 1 || v > WL_MAX_DEV) {
+                fprintf(stderr, "cupool-bench: --devices must be an integer from 1 to the device "
+                                "count (at most %d) or 'all', not '%s'\n", WL_MAX_DEV, argv[i]);
+                return 2;
+            } else
+                opt_devices = (int)v;
         } else if (i + 1 < argc && !strcmp(a, "--timer")) {
             const char *t = argv[++i];
             if (!strcmp(t, "clock"))
@@ -213,12 +261,17 @@ static long iters(long n)
 /* ---- driver entry points ---- */
 
 static struct {
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
     CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxSynchronize)(void);
     CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
     CUresult (*cuCtxGetStreamPriorityRange)(int *, int *);
     CUresult (*cuStreamCreateWithPriority)(CUstream *, unsigned int, int);
     CUresult (*cuStreamDestroy)(CUstream);
     CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+    CUresult (*cuStreamGetCtx)(CUstream, CUcontext *);
     CUresult (*cuEventCreate)(CUevent *, unsigned int);
     CUresult (*cuEventDestroy)(CUevent);
     CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -228,6 +281,8 @@ static struct {
     CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
     CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
     CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuGraphCreate)(CUgraph *, unsigned int);
     CUresult (*cuGraphAddKernelNode)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
                                      const CUDA_KERNEL_NODE_PARAMS *);
@@ -246,6 +301,22 @@ static cupool_stream_pool_t spool, promised_spool;
 static cupool_event_pool_t epool, promised_epool;
 static const unsigned int SFLAGS = CU_STREAM_NON_BLOCKING;
 static const unsigned int EFLAGS = CU_EVENT_DISABLE_TIMING;
+
+/* The devices the service mix runs on: each one's primary context, explicit pools of that
+ * context, and the mix's kernels from a module loaded in it. devs[0] is ctx and the pools
+ * above. */
+struct wl_dev {
+    CUcontext ctx;
+    unsigned long long id;
+    cupool_stream_pool_t spool, promised_spool;
+    cupool_event_pool_t epool, promised_epool;
+    CUmodule mod;
+    CUfunction k_add, k_set;
+};
+static struct wl_dev devs[WL_MAX_DEV];
+static int dev_count;   /* the devices the driver reports */
+static int mix_devices; /* --devices for the service mix (1 unless given) */
+static int devices_n;   /* the devices workload's device count */
 
 /* ---- failures: the first one is kept; every wait and loop stops on it ---- */
 
@@ -562,7 +633,7 @@ static void counts_add_since(struct counts *acc, const struct counts *since)
 
 struct row {
     int wl;
-    char name[48];
+    char name[64];
     char params[256]; /* JSON members */
     const char *unit;
     double ns;        /* ns per operation, mean */
@@ -573,7 +644,7 @@ struct row {
     struct counts dc;
     int counted;      /* dc is meaningful */
     char extra[512];  /* JSON members */
-    char note[256];
+    char note[512];
 };
 
 #define MAX_ROWS 64
@@ -639,9 +710,18 @@ static void print_lats(const char *what, const struct lat *a, const struct lat *
     printf("\n");
 }
 
+/* What workload wl runs, as its table and JSON say. */
+static const char *wl_desc(int wl)
+{
+    if (wl == W_MIX && mix_devices > 1)
+        return "16 request threads spread over devices, a completion thread per device, S "
+               "pipeline signatures; ns per call";
+    return wl_what[wl];
+}
+
 static void print_rows(int wl, int first)
 {
-    printf("\n%s: %s%s\n", wl_names[wl], wl_what[wl], label);
+    printf("\n%s: %s%s\n", wl_names[wl], wl_desc(wl), label);
     printf("  %-44s %10s  %-56s %10s %8s  %-18s %-18s\n", "row", "ns/op", "floor", "ns/op",
            "ratio", "creates/1k (req)", "destroys/1k (req)");
     for (int i = first; i < nrows; i++) {
@@ -1879,8 +1959,21 @@ out:;
 
 #define MIX_THREADS 16
 #define MIX_RING 64
+/* With the request threads spread over N > 1 devices, every MIX_CROSS_EVERY-th request of a
+ * thread goes through a second ring of its own to the next device's completion thread, which
+ * releases its three handles with that other device current: a cross-device pipeline's
+ * pattern. Its events go back to their own device's class and are acquired again and
+ * recorded on that device's streams. */
+#define MIX_CROSS_EVERY 4
+/* Each request thread's counter: MIX_SLOTS u32 slots, MIX_RING + 1 for the requests of its
+ * ring and as many for those of its cross ring, taken in turn. A ring holds MIX_RING requests
+ * and a request is launched before it is pushed, so the (k + MIX_RING + 1)-th request of a
+ * ring is launched only after the completion thread took the k-th out once its last event
+ * fired: the requests writing one slot run one after the other, and the final value of every
+ * slot is known (mix_expected). The run reads back and checks each one. */
+#define MIX_RING_SLOTS (MIX_RING + 1)
+#define MIX_SLOTS (2 * MIX_RING_SLOTS)
 
-static CUfunction k_add, k_set;
 /* 0: pools that check their context, streams released unvouched (every acquire calls the
  * driver twice); 1: promised pools, streams released vouched (no driver call at all) */
 static int mix_promised;
@@ -1888,6 +1981,8 @@ static int mix_promised;
  * with mix_hand_checked, each acquire also makes the driver calls a checked pool makes
  * (cuCtxGetId, and cuStreamIsCapturing for the stream): the checked row's floor */
 static int mix_hand, mix_hand_checked, mix_hand_blind;
+/* The devices the request threads are spread over (thread i on device i % mix_ndev). */
+static int mix_ndev = 1;
 static _Atomic long mix_done;
 /* Set by the main thread once the warm-up has lasted two decay ticks (a quarter of
  * CUPOOL_DECAY_MS each, 2.5 s by default: cupool's classes are past their own warm-up at the
@@ -1903,16 +1998,33 @@ static _Atomic int mix_warm_over;
 static _Atomic int mix_stop;
 static pthread_barrier_t mix_b_warm, mix_b_go;
 
+/* Events released with another device current, marked (handle | 1) in a slot of their own
+ * until a request thread of their device acquires them again: a slot that two events share
+ * keeps the later mark, so the count of re-acquired events is a lower bound, never more. */
+#define XMARK_SLOTS 65536u
+static _Atomic uintptr_t xmark[XMARK_SLOTS];
+
+static inline _Atomic uintptr_t *xmark_of(const void *h)
+{
+    uintptr_t v = (uintptr_t)h;
+    return &xmark[(v >> 4 ^ v >> 20 ^ v >> 36) & (XMARK_SLOTS - 1)];
+}
+
 struct mix_req {
     pthread_t t;
-    int idx;
+    int idx, dev;
     long warm, n;
-    struct ring *ring;
-    CUdeviceptr counter;
+    struct ring *ring;  /* to its device's completion thread */
+    struct ring *xring; /* with N > 1 devices: to the next device's completion thread */
+    CUdeviceptr counter; /* MIX_SLOTS u32 slots on its device */
+    unsigned long own_seq, cross_seq; /* requests pushed on each ring so far */
     cupool_pipeline_t p;
     struct hist *ha;
     struct hand_side *hand; /* the mix by hand: this thread's own handles and graphs */
     long warm_done;         /* warm-up requests made (written by its thread before mix_b_warm) */
+    uint64_t tb, te;        /* ticks: its measured requests' start and end */
+    uint64_t ctx_checks;    /* streams it checked to be of its device's context */
+    uint64_t reacquired;    /* events it acquired after another device's thread released them */
 };
 
 /*
@@ -1941,24 +2053,29 @@ struct hand_side {
     struct hand_rec rec[3 * HAND_STREAMS]; /* HAND_STREAMS streams, then twice as many events */
     struct hand_rec *sfree[HAND_STREAMS], *efree[2 * HAND_STREAMS];
     int ns, ne;
-    struct ring *back; /* completion thread -> this thread: released (stream, event, event) */
+    struct ring *back;  /* completion thread -> this thread: released (stream, event, event) */
+    struct ring *xback; /* N > 1 devices: the same from the next device's completion thread */
+    const struct wl_dev *dv; /* its device */
     CUgraph graph[64];
     CUgraphExec exec[64];
     CUgraphNode node[64][HAND_MAX_NODES];
 };
 
-/* Takes back what the completion thread returned; waits while nothing came back (every
+/* Takes back what the completion threads returned; waits while nothing came back (every
  * handle is then in flight: the GPU is behind). */
 static int hand_refill(struct hand_side *h, int event)
 {
     struct waiter w = {0};
     for (;;) {
         struct item *it;
-        while ((it = ring_peek(h->back))) {
-            h->sfree[h->ns++] = it->a;
-            h->efree[h->ne++] = it->b;
-            h->efree[h->ne++] = it->c;
-            ring_drop(h->back);
+        for (int k = 0; k < 2; k++) {
+            struct ring *back = k ? h->xback : h->back;
+            while (back && (it = ring_peek(back))) {
+                h->sfree[h->ns++] = it->a;
+                h->efree[h->ne++] = it->b;
+                h->efree[h->ne++] = it->c;
+                ring_drop(back);
+            }
         }
         if (event ? h->ne : h->ns)
             return 1;
@@ -1975,7 +2092,7 @@ static inline struct hand_rec *hand_acquire(struct hand_side *h, int event)
     if (mix_hand_checked) {
         unsigned long long id;
         CUstreamCaptureStatus cs;
-        CUresult e = d.cuCtxGetId(ctx, &id);
+        CUresult e = d.cuCtxGetId(h->dv->ctx, &id);
         if (e == CUDA_SUCCESS && !event)
             e = d.cuStreamIsCapturing(r->h, &cs);
         if (e != CUDA_SUCCESS) {
@@ -2011,7 +2128,7 @@ static CUresult hand_side_make(struct hand_side *h, CUdeviceptr counter, int nod
             return r;
         for (int k = 0; k < nodes; k++) {
             CUDA_KERNEL_NODE_PARAMS kp = {0};
-            kp.func = (sig >> k) & 1 ? k_set : k_add;
+            kp.func = (sig >> k) & 1 ? h->dv->k_set : h->dv->k_add;
             kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
             kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
             kp.kernelParams = args;
@@ -2026,7 +2143,8 @@ static CUresult hand_side_make(struct hand_side *h, CUdeviceptr counter, int nod
     return CUDA_SUCCESS;
 }
 
-/* After the mix, on the main thread: every request has completed, so nothing is in use. */
+/* After the mix, on the main thread with the side's device current: every request has
+ * completed, so nothing is in use. */
 static void hand_side_free(struct hand_side *h)
 {
     for (int sig = 0; sig < opt_signatures; sig++) {
@@ -2039,6 +2157,7 @@ static void hand_side_free(struct hand_side *h)
         if (h->rec[i].h)
             MCHECK(i < HAND_STREAMS ? d.cuStreamDestroy(h->rec[i].h) : d.cuEventDestroy(h->rec[i].h));
     free(h->back);
+    free(h->xback);
     free(h);
 }
 
@@ -2048,6 +2167,72 @@ static int mix_nodes(void)
     while ((1 << nodes) < opt_signatures)
         nodes++;
     return nodes;
+}
+
+/* Request i of a thread goes to the next device's completion thread (N > 1 devices only). */
+static inline int mix_cross(long i)
+{
+    return mix_ndev > 1 && i % MIX_CROSS_EVERY == MIX_CROSS_EVERY - 1;
+}
+
+/* The counter slot of the thread's next request on the ring `cross` picks. */
+static inline CUdeviceptr mix_slot(struct mix_req *q, int cross)
+{
+    unsigned long s = cross ? MIX_RING_SLOTS + q->cross_seq++ % MIX_RING_SLOTS
+                            : q->own_seq++ % MIX_RING_SLOTS;
+    return q->counter + s * sizeof(uint32_t);
+}
+
+/* What every counter slot of thread idx holds after its requests 0 .. total-1: each request
+ * runs its signature's kernels in order on its slot, set_u32 (v) for a set bit and add_u32
+ * (+= v) for a clear one, with v = the request's number. */
+static void mix_expected(int idx, long total, uint32_t *exp)
+{
+    int nodes = mix_nodes();
+    unsigned long own = 0, cross = 0;
+    memset(exp, 0, MIX_SLOTS * sizeof *exp);
+    for (long i = 0; i < total; i++) {
+        unsigned long s = mix_cross(i) ? MIX_RING_SLOTS + cross++ % MIX_RING_SLOTS
+                                       : own++ % MIX_RING_SLOTS;
+        int sig = (int)((i + idx) % opt_signatures);
+        uint32_t v = (uint32_t)i, x = exp[s];
+        for (int k = 0; k < nodes; k++)
+            x = (sig >> k) & 1 ? v : x + v;
+        exp[s] = x;
+    }
+}
+
+/* N > 1 devices: the stream is of the thread's own device's context (cuStreamGetCtx), and
+ * each event that another device's thread released last is counted as acquired again (it is
+ * then recorded on the stream: the driver refuses an event of another context there). */
+static int mix_check_handles(struct mix_req *q, CUstream s, CUevent e0, CUevent e1)
+{
+    CUcontext c = NULL;
+    CUresult r = d.cuStreamGetCtx(s, &c);
+    if (r != CUDA_SUCCESS) {
+        wl_fail("cuStreamGetCtx", r, NULL);
+        return 0;
+    }
+    if (c != devs[q->dev].ctx) {
+        wl_fail("a stream of the wrong context", CUDA_ERROR_INVALID_CONTEXT,
+                ": request thread %d of device %d acquired stream %p of context %p, not of its "
+                "device's %p",
+                q->idx, q->dev, (void *)s, (void *)c, (void *)devs[q->dev].ctx);
+        return 0;
+    }
+    q->ctx_checks++;
+    if (mix_hand)
+        return 1;
+    for (int k = 0; k < 2; k++) {
+        CUevent e = k ? e1 : e0;
+        _Atomic uintptr_t *m = xmark_of(e);
+        uintptr_t mark = (uintptr_t)e | 1;
+        if (atomic_load_explicit(m, memory_order_relaxed) == mark &&
+            atomic_compare_exchange_strong_explicit(m, &mark, 0, memory_order_relaxed,
+                                                    memory_order_relaxed))
+            q->reacquired++;
+    }
+    return 1;
 }
 
 /* A request's three timed acquires (stream, event, event) into its thread's histogram. */
@@ -2073,16 +2258,19 @@ static int mix_hand_request(struct mix_req *q, long i, int measured)
         return 0;
     if (measured)
         mix_times(q, t0, t1, t2, t3);
-    int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes();
+    if (mix_ndev > 1 && !mix_check_handles(q, s->h, e0->h, e1->h))
+        return 0;
+    int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes(), cross = mix_cross(i);
     unsigned int v = (unsigned int)i;
-    void *args[] = {&q->counter, &v};
+    CUdeviceptr slot = mix_slot(q, cross);
+    void *args[] = {&slot, &v};
     if ((r = d.cuEventRecord(e0->h, s->h)) != CUDA_SUCCESS) {
         wl_fail("cuEventRecord", r, NULL);
         return 0;
     }
     for (int k = 0; k < nodes; k++) {
         CUDA_KERNEL_NODE_PARAMS kp = {0};
-        kp.func = (sig >> k) & 1 ? k_set : k_add;
+        kp.func = (sig >> k) & 1 ? h->dv->k_set : h->dv->k_add;
         kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
         kp.blockDimX = kp.blockDimY = kp.blockDimZ = 1;
         kp.kernelParams = args;
@@ -2101,30 +2289,31 @@ static int mix_hand_request(struct mix_req *q, long i, int measured)
         return 0;
     }
     struct item it = {s, e0, e1, (uintptr_t)measured};
-    return ring_push(q->ring, &it, "service-mix ring full");
+    return ring_push(cross ? q->xring : q->ring, &it, "service-mix ring full");
 }
 
 static int mix_request(struct mix_req *q, long i, int measured)
 {
     if (mix_hand)
         return mix_hand_request(q, i, measured);
+    const struct wl_dev *dv = &devs[q->dev];
     CUstream s;
     CUevent e0, e1;
     CUresult r;
     uint64_t t0 = ticks();
-    if ((r = cupool_stream_pool_acquire(mix_promised ? promised_spool : spool, &s)) !=
+    if ((r = cupool_stream_pool_acquire(mix_promised ? dv->promised_spool : dv->spool, &s)) !=
         CUDA_SUCCESS) {
         wl_fail("cupool_stream_pool_acquire", r, NULL);
         return 0;
     }
     uint64_t t1 = ticks();
-    if ((r = cupool_event_pool_acquire(mix_promised ? promised_epool : epool, &e0)) !=
+    if ((r = cupool_event_pool_acquire(mix_promised ? dv->promised_epool : dv->epool, &e0)) !=
         CUDA_SUCCESS) {
         wl_fail("cupool_event_pool_acquire", r, NULL);
         return 0;
     }
     uint64_t t2 = ticks();
-    if ((r = cupool_event_pool_acquire(mix_promised ? promised_epool : epool, &e1)) !=
+    if ((r = cupool_event_pool_acquire(mix_promised ? dv->promised_epool : dv->epool, &e1)) !=
         CUDA_SUCCESS) {
         wl_fail("cupool_event_pool_acquire", r, NULL);
         return 0;
@@ -2132,9 +2321,12 @@ static int mix_request(struct mix_req *q, long i, int measured)
     uint64_t t3 = ticks();
     if (measured)
         mix_times(q, t0, t1, t2, t3);
-    int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes();
+    if (mix_ndev > 1 && !mix_check_handles(q, s, e0, e1))
+        return 0;
+    int sig = (int)((i + q->idx) % opt_signatures), nodes = mix_nodes(), cross = mix_cross(i);
     unsigned int v = (unsigned int)i;
-    void *args[] = {&q->counter, &v};
+    CUdeviceptr slot = mix_slot(q, cross);
+    void *args[] = {&slot, &v};
     if ((r = d.cuEventRecord(e0, s)) != CUDA_SUCCESS) {
         wl_fail("cuEventRecord", r, NULL);
         return 0;
@@ -2144,8 +2336,8 @@ static int mix_request(struct mix_req *q, long i, int measured)
         return 0;
     }
     for (int k = 0; k < nodes; k++) /* the signature: which node is a set, which an add */
-        if ((r = cupool_pipeline_kernel(q->p, (sig >> k) & 1 ? k_set : k_add, 1, 1, 1, 1, 1, 1,
-                                        0, args, NULL)) != CUDA_SUCCESS) {
+        if ((r = cupool_pipeline_kernel(q->p, (sig >> k) & 1 ? dv->k_set : dv->k_add, 1, 1, 1, 1,
+                                        1, 1, 0, args, NULL)) != CUDA_SUCCESS) {
             wl_fail("cupool_pipeline_kernel", r, NULL);
             return 0;
         }
@@ -2158,13 +2350,13 @@ static int mix_request(struct mix_req *q, long i, int measured)
         return 0;
     }
     struct item it = {s, e0, e1, (uintptr_t)measured};
-    return ring_push(q->ring, &it, "service-mix ring full");
+    return ring_push(cross ? q->xring : q->ring, &it, "service-mix ring full");
 }
 
 static void *mix_req_thread(void *arg)
 {
     struct mix_req *q = arg;
-    WCHECK(d.cuCtxSetCurrent(ctx));
+    WCHECK(d.cuCtxSetCurrent(devs[q->dev].ctx));
     WCHECK(cupool_pipeline_create(&q->p));
     if (q->hand)
         WCHECK(hand_side_make(q->hand, q->counter, mix_nodes()));
@@ -2177,17 +2369,28 @@ static void *mix_req_thread(void *arg)
 out:
     pthread_barrier_wait(&mix_b_warm);
     pthread_barrier_wait(&mix_b_go);
+    q->tb = ticks();
     for (long i = 0; i < q->n && q->p && !atomic_load(&aborted); i++)
         if (!mix_request(q, q->warm_done + i, 1))
             break;
+    q->te = ticks();
     return NULL;
 }
 
+/* A completion thread, with its device's context current: it takes the requests of the rings
+ * of its device's request threads and, with N > 1 devices, of the previous device's threads'
+ * cross rings. */
 struct mix_completion {
     pthread_t t;
-    struct ring **rings;
-    struct ring **back; /* the mix by hand: each request thread's return ring */
-    struct hist *hr;
+    int dev;
+    int nsrc;
+    struct ring *src[2 * MIX_THREADS];
+    struct ring *back[2 * MIX_THREADS]; /* the mix by hand: where src[j]'s handles go back */
+    int hdev[2 * MIX_THREADS];          /* the device of src[j]'s handles */
+    struct hist *hr[WL_MAX_DEV];        /* single releases, by the handles' device */
+    uint64_t last[WL_MAX_DEV];          /* ticks: the last measured request done, by device */
+    uint64_t xrel[WL_MAX_DEV];          /* events of that device released here, another's
+                                           context current */
 };
 
 /* One release by hand: the record checked (owned) and written idle; blind: only written. */
@@ -2218,16 +2421,18 @@ static void *mix_done_thread(void *arg)
     struct mix_completion *c = arg;
     unsigned idle = 0;
     uint64_t stuck_since = 0;
-    CUresult r0 = d.cuCtxSetCurrent(ctx);
+    CUresult r0 = d.cuCtxSetCurrent(devs[c->dev].ctx);
     if (r0 != CUDA_SUCCESS) {
         wl_fail("cuCtxSetCurrent (completion thread)", r0, NULL);
         return NULL;
     }
     while (!atomic_load_explicit(&mix_stop, memory_order_acquire) && !atomic_load(&aborted)) {
         int progressed = 0, pending = 0;
-        for (int i = 0; i < MIX_THREADS; i++) {
+        for (int i = 0; i < c->nsrc; i++) {
             struct item *it;
-            while ((it = ring_peek(c->rings[i]))) {
+            int hd = c->hdev[i];
+            const struct wl_dev *dv = &devs[hd];
+            while ((it = ring_peek(c->src[i]))) {
                 CUresult r = d.cuEventQuery(mix_hand ? ((struct hand_rec *)it->c)->h
                                                      : (CUevent)it->c);
                 if (r == CUDA_ERROR_NOT_READY) {
@@ -2245,16 +2450,23 @@ static void *mix_done_thread(void *arg)
                     if (atomic_load_explicit(&aborted, memory_order_relaxed))
                         return NULL;
                 } else {
+                    if (hd != c->dev) { /* marked before they can be handed out again */
+                        atomic_store_explicit(xmark_of(it->b), (uintptr_t)it->b | 1,
+                                              memory_order_relaxed);
+                        atomic_store_explicit(xmark_of(it->c), (uintptr_t)it->c | 1,
+                                              memory_order_relaxed);
+                    }
                     t[0] = ticks();
                     /* the stream's work is done (its last event fired): nothing captures on it */
-                    r = mix_promised ? cupool_stream_pool_release(promised_spool, (CUstream)it->a,
+                    r = mix_promised ? cupool_stream_pool_release(dv->promised_spool,
+                                                                  (CUstream)it->a,
                                                                   CUPOOL_RELEASE_NOT_CAPTURING)
-                                     : cupool_stream_pool_release(spool, (CUstream)it->a, 0);
+                                     : cupool_stream_pool_release(dv->spool, (CUstream)it->a, 0);
                     t[1] = ticks();
-                    r2 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
+                    r2 = cupool_event_pool_release(mix_promised ? dv->promised_epool : dv->epool,
                                                    (CUevent)it->b);
                     t[2] = ticks();
-                    r3 = cupool_event_pool_release(mix_promised ? promised_epool : epool,
+                    r3 = cupool_event_pool_release(mix_promised ? dv->promised_epool : dv->epool,
                                                    (CUevent)it->c);
                     t[3] = ticks();
                 }
@@ -2262,12 +2474,15 @@ static void *mix_done_thread(void *arg)
                     wl_fail("release (completion thread)", r ? r : r2 ? r2 : r3, NULL);
                     return NULL;
                 }
+                if (hd != c->dev)
+                    c->xrel[hd] += 2;
                 if (it->i) {
-                    hist_add(c->hr, t[1] - t[0]);
-                    hist_add(c->hr, t[2] - t[1]);
-                    hist_add(c->hr, t[3] - t[2]);
+                    hist_add(c->hr[hd], t[1] - t[0]);
+                    hist_add(c->hr[hd], t[2] - t[1]);
+                    hist_add(c->hr[hd], t[3] - t[2]);
+                    c->last[hd] = t[3];
                 }
-                ring_drop(c->rings[i]);
+                ring_drop(c->src[i]);
                 atomic_fetch_add_explicit(&mix_done, 1, memory_order_release);
                 progressed = 1;
             }
@@ -2358,7 +2573,7 @@ static void *mix_watch_thread(void *arg)
 {
     struct mix_watch *w = arg;
     uint64_t seen = UINT64_MAX;
-    cupool_class_stats_t st[8];
+    cupool_class_stats_t st[16];
     while (!atomic_load_explicit(&w->stop, memory_order_acquire)) {
         cupool_maintenance_stats_t m = CUPOOL_MAINTENANCE_STATS_INIT;
         if (cupool_maintenance_stats_get(&m) != CUDA_SUCCESS)
@@ -2369,12 +2584,16 @@ static void *mix_watch_thread(void *arg)
             fprintf(stderr, "  service-mix: +%llu request-thread creates at %.1f ms:",
                     (unsigned long long)(m.request_creates - seen),
                     (double)(mono_ns() - w->t0) / 1e6);
-            if (cupool_stats_get(st, 8, &n) == CUDA_SUCCESS)
-                for (size_t i = 0; i < n && i < 8; i++)
-                    fprintf(stderr, " [%s flags %u: in use %llu, idle %llu, high water %llu]",
+            if (cupool_stats_get(st, 16, &n) == CUDA_SUCCESS)
+                for (size_t i = 0; i < n && i < 16; i++) {
+                    if (mix_ndev > 1)
+                        fprintf(stderr, " [device %d", st[i].device);
+                    fprintf(stderr, "%s%s flags %u: in use %llu, idle %llu, high water %llu]",
+                            mix_ndev > 1 ? " " : " [",
                             st[i].kind == CUPOOL_KIND_STREAM ? "stream" : "event", st[i].flags,
                             (unsigned long long)st[i].in_use, (unsigned long long)st[i].idle,
                             (unsigned long long)st[i].high_water);
+                }
             fputc('\n', stderr);
         }
         seen = m.request_creates;
@@ -2384,41 +2603,163 @@ static void *mix_watch_thread(void *arg)
     return NULL;
 }
 
-static void wl_mix(void)
+/* Makes device k's context current on the calling (main) thread. */
+static void dev_current(int k)
+{
+    MCHECK(d.cuCtxSetCurrent(devs[k].ctx));
+}
+
+/* Creates and destroys so far of every class of each device 0 .. nd-1 (by the class's
+ * context id). */
+static void dev_counts_now(int nd, uint64_t *cre, uint64_t *des)
+{
+    size_t n = 0, cap = 0;
+    cupool_class_stats_t *st = NULL;
+    for (;;) {
+        MCHECK(cupool_stats_get(st, cap, &n));
+        if (n <= cap)
+            break;
+        free(st);
+        cap = n + 16;
+        st = calloc(cap, sizeof *st);
+        if (!st) {
+            fprintf(stderr, "cupool-bench workloads: out of memory\n");
+            exit(1);
+        }
+        st[0].size = sizeof *st;
+    }
+    for (int k = 0; k < nd; k++) {
+        cre[k] = des[k] = 0;
+        for (size_t i = 0; i < n; i++)
+            if (st[i].context_id == devs[k].id) {
+                cre[k] += st[i].creates;
+                des[k] += st[i].destroys;
+            }
+    }
+    free(st);
+}
+
+/* One run of the mix's request threads on one device or more: what it gives per device. */
+struct mix_dev_result {
+    int threads;
+    long requests;          /* measured */
+    double seconds;         /* from its threads' first measured acquire to its last completion */
+    double requests_per_s;  /* requests / seconds */
+    double ns_per_request;  /* a request thread's wall time per measured request, mean */
+    struct lat acq, rel;    /* single acquires and releases of its handles */
+    uint64_t creates, destroys; /* its classes' driver calls over the measured phase */
+    uint64_t slots_checked; /* counter slots read back and found as expected */
+    uint64_t ctx_checks;    /* acquired streams found of its context (N > 1) */
+    uint64_t xrel;          /* its events released with another device current */
+    uint64_t reacquired;    /* of them, acquired again by its threads (a lower bound) */
+};
+
+struct mix_run {
+    int ndev, only0;  /* in: devices; only device 0's request threads */
+    int threads;      /* request threads that ran */
+    uint64_t t0, t1;  /* CLOCK_MONOTONIC ns: the measured phase, from the start to the last
+                         completion */
+    long warmed, n;   /* warm-up requests (all threads); measured requests per thread */
+    struct counts dc; /* every class, over the measured phase */
+    cupool_graph_stats_t g0, g1;
+    struct lat acq, rel; /* every device's single calls */
+    double ns;           /* their mean, ns */
+    struct mix_dev_result dev[WL_MAX_DEV];
+};
+
+static int mix_active(const struct mix_run *m, int i)
+{
+    return !m->only0 || i % m->ndev == 0;
+}
+
+/*
+ * The service mix's threads, rings and completion threads, run once with the variant the
+ * globals choose (mix_promised, mix_hand...): a warm-up, the measured phase, then every
+ * counter slot read back and checked (mix_expected). Request thread i runs on device
+ * i % ndev (its device's primary context current, its pipeline, counter and pools of that
+ * context); each device has a completion thread of its own, with its context current; with
+ * ndev > 1, every MIX_CROSS_EVERY-th request of a thread goes to the next device's completion
+ * thread (mix_cross), and each acquired stream's context is checked. Fails the run (and
+ * exits) on any error or wrong value.
+ */
+static void mix_run(struct mix_run *m)
 {
     long warm = iters(2000), n = iters(20000);
-    CUmodule mod;
-    MCHECK(d.cuModuleLoadData(&mod, tu_kernels_ptx));
-    MCHECK(d.cuModuleGetFunction(&k_add, mod, "add_u32"));
-    MCHECK(d.cuModuleGetFunction(&k_set, mod, "set_u32"));
+    int nd = m->ndev;
+    mix_ndev = nd;
+    for (int k = 0; k < nd; k++) {
+        dev_current(k);
+        MCHECK(d.cuModuleLoadData(&devs[k].mod, tu_kernels_ptx));
+        MCHECK(d.cuModuleGetFunction(&devs[k].k_add, devs[k].mod, "add_u32"));
+        MCHECK(d.cuModuleGetFunction(&devs[k].k_set, devs[k].mod, "set_u32"));
+    }
     struct mix_req q[MIX_THREADS];
-    struct ring *rings[MIX_THREADS], *back[MIX_THREADS];
-    struct mix_completion c = {.rings = rings, .back = back, .hr = hist_new()};
+    struct mix_completion c[WL_MAX_DEV];
     memset(q, 0, sizeof q);
+    memset(c, 0, sizeof c);
     atomic_store(&mix_done, 0);
     atomic_store(&mix_stop, 0);
     atomic_store(&mix_warm_over, 0);
-    pthread_barrier_init(&mix_b_warm, NULL, MIX_THREADS + 1);
-    pthread_barrier_init(&mix_b_go, NULL, MIX_THREADS + 1);
+    for (unsigned i = 0; i < XMARK_SLOTS; i++)
+        atomic_store_explicit(&xmark[i], 0, memory_order_relaxed);
+    static const uint32_t zero[MIX_SLOTS];
+    int active = 0;
     for (int i = 0; i < MIX_THREADS; i++) {
         q[i].idx = i;
+        q[i].dev = i % nd;
+        if (!mix_active(m, i))
+            continue;
+        active++;
         q[i].warm = warm;
         q[i].n = n;
-        q[i].ring = rings[i] = ring_new(MIX_RING);
+        q[i].ring = ring_new(MIX_RING);
+        if (nd > 1)
+            q[i].xring = ring_new(MIX_RING);
         q[i].ha = hist_new();
-        MCHECK(d.cuMemAlloc(&q[i].counter, 4));
+        dev_current(q[i].dev);
+        MCHECK(d.cuMemAlloc(&q[i].counter, sizeof zero));
+        MCHECK(d.cuMemcpyHtoD(q[i].counter, zero, sizeof zero));
         if (mix_hand) {
             q[i].hand = calloc(1, sizeof *q[i].hand);
             if (!q[i].hand) {
                 fprintf(stderr, "cupool-bench workloads: out of memory\n");
                 exit(1);
             }
-            q[i].hand->back = back[i] = ring_new(HAND_STREAMS);
+            q[i].hand->dv = &devs[q[i].dev];
+            q[i].hand->back = ring_new(HAND_STREAMS);
+            if (nd > 1)
+                q[i].hand->xback = ring_new(HAND_STREAMS);
         }
     }
-    spawn(&c.t, mix_done_thread, &c);
+    for (int k = 0; k < nd; k++) { /* the zeroed counters, before any request */
+        dev_current(k);
+        MCHECK(d.cuCtxSynchronize());
+    }
+    dev_current(0);
+    m->threads = active;
+    pthread_barrier_init(&mix_b_warm, NULL, (unsigned)active + 1);
+    pthread_barrier_init(&mix_b_go, NULL, (unsigned)active + 1);
+    /* each device's completion thread: its own threads' rings, then the previous device's
+     * threads' cross rings */
+    for (int k = 0; k < nd; k++) {
+        c[k].dev = k;
+        for (int x = 0; x < 2; x++)
+            for (int i = 0; i < MIX_THREADS; i++) {
+                if (!mix_active(m, i) || (x ? nd == 1 || (q[i].dev + 1) % nd != k : q[i].dev != k))
+                    continue;
+                int j = c[k].nsrc++;
+                c[k].src[j] = x ? q[i].xring : q[i].ring;
+                c[k].back[j] = q[i].hand ? (x ? q[i].hand->xback : q[i].hand->back) : NULL;
+                c[k].hdev[j] = q[i].dev;
+                if (!c[k].hr[q[i].dev])
+                    c[k].hr[q[i].dev] = hist_new();
+            }
+        if (c[k].nsrc)
+            spawn(&c[k].t, mix_done_thread, &c[k]);
+    }
     for (int i = 0; i < MIX_THREADS; i++)
-        spawn(&q[i].t, mix_req_thread, &q[i]);
+        if (mix_active(m, i))
+            spawn(&q[i].t, mix_req_thread, &q[i]);
     {
         uint64_t start = mono_ns(), quiet_since = start, tick_ns = decay_tick_ns();
         uint64_t seen = growth_calls_now();
@@ -2441,16 +2782,20 @@ static void wl_mix(void)
     mix_wait_done(warmed);
     struct counts c0;
     counts_now(&c0);
-    cupool_graph_stats_t g0 = CUPOOL_GRAPH_STATS_INIT, g1 = CUPOOL_GRAPH_STATS_INIT;
-    MCHECK(cupool_graph_stats_get(&g0));
+    uint64_t cre0[WL_MAX_DEV], des0[WL_MAX_DEV], cre1[WL_MAX_DEV], des1[WL_MAX_DEV];
+    dev_counts_now(nd, cre0, des0);
+    m->g0 = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+    m->g1 = (cupool_graph_stats_t)CUPOOL_GRAPH_STATS_INIT;
+    MCHECK(cupool_graph_stats_get(&m->g0));
     struct mix_watch watch = {.t0 = mono_ns()};
     if (!mix_hand)
         spawn(&watch.t, mix_watch_thread, &watch);
     pthread_barrier_wait(&mix_b_go);
     uint64_t t0 = mono_ns();
     for (int i = 0; i < MIX_THREADS; i++)
-        pthread_join(q[i].t, NULL);
-    mix_wait_done(warmed + (long)MIX_THREADS * n);
+        if (mix_active(m, i))
+            pthread_join(q[i].t, NULL);
+    mix_wait_done(warmed + (long)active * n);
     uint64_t t1 = mono_ns();
     if (!mix_hand) {
         atomic_store_explicit(&watch.stop, 1, memory_order_release);
@@ -2458,36 +2803,138 @@ static void wl_mix(void)
         if (watch.episodes)
             fprintf(stderr, "  service-mix: measured phase %.1f ms\n", (double)(t1 - t0) / 1e6);
     }
-    struct row *row = row_new(W_MIX, "acquire or release", "%s, S=%d, %d request threads",
-                              mix_hand ? (mix_hand_checked ? "by hand checked"
-                                          : mix_hand_blind ? "by hand, blind writes"
-                                                           : "by hand")
-                                       : mix_promised ? "promised" : "checked",
-                              opt_signatures, MIX_THREADS);
-    counts_add_since(&row->dc, &c0);
-    MCHECK(cupool_graph_stats_get(&g1));
+    m->dc = (struct counts){0};
+    counts_add_since(&m->dc, &c0);
+    dev_counts_now(nd, cre1, des1);
+    MCHECK(cupool_graph_stats_get(&m->g1));
     atomic_store_explicit(&mix_stop, 1, memory_order_release);
-    pthread_join(c.t, NULL);
+    for (int k = 0; k < nd; k++)
+        if (c[k].nsrc)
+            pthread_join(c[k].t, NULL);
     die_if_failed();
+    m->t0 = t0;
+    m->t1 = t1;
+    m->warmed = warmed;
+    m->n = n;
 
-    struct hist *ha = hist_new();
+    /* every counter slot, read back from its device: each one as its requests left it */
+    for (int k = 0; k < nd; k++) {
+        dev_current(k);
+        MCHECK(d.cuCtxSynchronize());
+    }
     for (int i = 0; i < MIX_THREADS; i++) {
-        hist_merge(ha, q[i].ha);
+        if (!mix_active(m, i))
+            continue;
+        uint32_t got[MIX_SLOTS], want[MIX_SLOTS];
+        dev_current(q[i].dev);
+        MCHECK(d.cuMemcpyDtoH(got, q[i].counter, sizeof got));
+        mix_expected(i, q[i].warm_done + n, want);
+        for (int s = 0; s < MIX_SLOTS; s++)
+            if (got[s] != want[s]) {
+                wl_fail("a wrong counter", CUDA_SUCCESS,
+                        ": device %d, request thread %d, slot %d holds %u, not %u after its %ld "
+                        "requests",
+                        q[i].dev, i, s, got[s], want[s], q[i].warm_done + n);
+                die_if_failed();
+            }
+        m->dev[q[i].dev].slots_checked += nd > 1 ? MIX_SLOTS : MIX_RING_SLOTS; /* written */
+    }
+
+    struct hist *ha = hist_new(), *hr = hist_new();
+    for (int k = 0; k < nd; k++) {
+        struct mix_dev_result *r = &m->dev[k];
+        struct hist *da = hist_new(), *dr = hist_new();
+        uint64_t tb = UINT64_MAX, te = 0;
+        double per = 0;
+        for (int i = 0; i < MIX_THREADS; i++) {
+            if (!mix_active(m, i) || q[i].dev != k)
+                continue;
+            r->threads++;
+            hist_merge(da, q[i].ha);
+            if (q[i].tb < tb)
+                tb = q[i].tb;
+            per += (double)(q[i].te - q[i].tb) * ns_per_tick / (double)n;
+            r->ctx_checks += q[i].ctx_checks;
+            r->reacquired += q[i].reacquired;
+        }
+        for (int j = 0; j < nd; j++) {
+            if (c[j].hr[k])
+                hist_merge(dr, c[j].hr[k]);
+            if (c[j].last[k] > te)
+                te = c[j].last[k];
+            r->xrel += c[j].xrel[k];
+        }
+        if (r->threads) {
+            r->requests = (long)r->threads * n;
+            r->seconds = te > tb ? (double)(te - tb) * ns_per_tick / 1e9 : 0;
+            r->requests_per_s = r->seconds > 0 ? (double)r->requests / r->seconds : 0;
+            r->ns_per_request = per / r->threads;
+            r->creates = cre1[k] - cre0[k];
+            r->destroys = des1[k] - des0[k];
+        }
+        r->acq = lat_of(da);
+        r->rel = lat_of(dr);
+        hist_merge(ha, da);
+        hist_merge(hr, dr);
+        free(da), free(dr);
+        /* the pattern happened: events released with the other device current came back */
+        if (nd > 1 && !mix_hand && r->xrel >= 256 && r->reacquired == 0) {
+            wl_fail("cross-device releases", CUDA_SUCCESS,
+                    ": none of device %d's %llu events released with another device current "
+                    "was acquired again",
+                    k, (unsigned long long)r->xrel);
+            die_if_failed();
+        }
+    }
+    m->acq = lat_of(ha);
+    m->rel = lat_of(hr);
+    m->ns = (double)(ha->sum + hr->sum) / (double)(ha->n + hr->n) * ns_per_tick;
+    free(ha), free(hr);
+
+    for (int i = 0; i < MIX_THREADS; i++) {
+        if (!mix_active(m, i))
+            continue;
         free(q[i].ha);
         free(q[i].ring);
+        free(q[i].xring);
+        dev_current(q[i].dev);
         MCHECK(cupool_pipeline_destroy(q[i].p));
         if (q[i].hand)
             hand_side_free(q[i].hand);
         MCHECK(d.cuMemFree(q[i].counter));
     }
-    MCHECK(d.cuModuleUnload(mod));
+    for (int k = 0; k < nd; k++) {
+        for (int j = 0; j < nd; j++)
+            free(c[k].hr[j]);
+        dev_current(k);
+        MCHECK(d.cuModuleUnload(devs[k].mod));
+    }
+    dev_current(0);
+    pthread_barrier_destroy(&mix_b_warm);
+    pthread_barrier_destroy(&mix_b_go);
+}
+
+static void wl_mix(void)
+{
+    struct mix_run m = {.ndev = mix_devices};
+    mix_run(&m);
+    char spread[24] = "";
+    if (m.ndev > 1)
+        snprintf(spread, sizeof spread, ", %d devices", m.ndev);
+    struct row *row = row_new(W_MIX, "acquire or release", "%s, S=%d, %d request threads%s",
+                              mix_hand ? (mix_hand_checked ? "by hand checked"
+                                          : mix_hand_blind ? "by hand, blind writes"
+                                                           : "by hand")
+                                       : mix_promised ? "promised" : "checked",
+                              opt_signatures, MIX_THREADS, spread);
+    row->dc = m.dc;
 
     /* the floor, for as long as the measured phase ran */
     struct local_job lj[MIX_THREADS];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, MIX_THREADS + 1);
     struct hist *fa = hist_new(), *fr = hist_new();
-    uint64_t dur_ticks = (uint64_t)((double)(t1 - t0) / ns_per_tick);
+    uint64_t dur_ticks = (uint64_t)((double)(m.t1 - m.t0) / ns_per_tick);
     for (int i = 0; i < MIX_THREADS; i++) {
         lj[i] = (struct local_job){.ha = hist_new(), .hr = hist_new(), .start = &start};
         spawn(&lj[i].t, local_thread, &lj[i]);
@@ -2504,44 +2951,258 @@ static void wl_mix(void)
         free(lj[i].hr);
     }
     pthread_barrier_destroy(&start);
-    pthread_barrier_destroy(&mix_b_warm);
-    pthread_barrier_destroy(&mix_b_go);
 
-    row->acq = lat_of(ha), row->rel = lat_of(c.hr);
+    row->acq = m.acq, row->rel = m.rel;
     row->facq = lat_of(fa), row->frel = lat_of(fr);
-    row->ns = (double)(ha->sum + c.hr->sum) / (double)(ha->n + c.hr->n) * ns_per_tick;
+    row->ns = m.ns;
     row->floor_ns = (double)(fa->sum + fr->sum) / (double)(fa->n + fr->n) * ns_per_tick;
     snprintf(row->floor, sizeof row->floor, "%d threads popping and pushing local arrays",
              MIX_THREADS);
-    row->ops = (uint64_t)MIX_THREADS * (uint64_t)n * 3;
+    row->ops = (uint64_t)MIX_THREADS * (uint64_t)m.n * 3;
     row->counted = 1;
     double mx = row->acq.max > row->rel.max ? row->acq.max : row->rel.max;
     double fmx = row->facq.max > row->frel.max ? row->facq.max : row->frel.max;
-    double secs = (double)(t1 - t0) / 1e9;
+    double secs = (double)(m.t1 - m.t0) / 1e9;
     int nodes = mix_nodes();
-    snprintf(row->params, sizeof row->params,
-             "\"signatures\":%d,\"kernels_per_request\":%d,\"request_threads\":%d,"
-             "\"completion_threads\":1,\"ring_slots_per_thread\":%d,\"warmup_requests\":%ld,"
-             "\"requests\":%ld",
-             opt_signatures, nodes, MIX_THREADS, MIX_RING, warmed,
-             (long)MIX_THREADS * n);
-    snprintf(row->extra, sizeof row->extra,
-             "\"seconds\":%.3f,\"requests_per_s\":%.0f,\"max_ns\":%.1f,\"floor_max_ns\":%.1f,"
-             "\"max_ratio\":%.3f,\"instantiations\":%llu,\"graph_launches\":%llu,"
-             "\"graph_hits\":%llu",
-             secs, (double)MIX_THREADS * (double)n / secs, mx, fmx, fmx > 0 ? mx / fmx : 0,
-             (unsigned long long)(g1.instantiations - g0.instantiations),
-             (unsigned long long)(g1.launches - g0.launches),
-             (unsigned long long)(g1.hits - g0.hits));
+    uint64_t slots = 0, ctx_checks = 0, xrel = 0, reacq = 0;
+    for (int k = 0; k < m.ndev; k++) {
+        slots += m.dev[k].slots_checked;
+        ctx_checks += m.dev[k].ctx_checks;
+        xrel += m.dev[k].xrel;
+        reacq += m.dev[k].reacquired;
+    }
+    int len = snprintf(row->params, sizeof row->params,
+                       "\"signatures\":%d,\"kernels_per_request\":%d,\"request_threads\":%d,"
+                       "\"completion_threads\":%d,\"ring_slots_per_thread\":%d,"
+                       "\"warmup_requests\":%ld,\"requests\":%ld",
+                       opt_signatures, nodes, MIX_THREADS, m.ndev, MIX_RING, m.warmed,
+                       (long)MIX_THREADS * m.n);
+    if (m.ndev > 1 && len > 0 && (size_t)len < sizeof row->params)
+        snprintf(row->params + len, sizeof row->params - (size_t)len,
+                 ",\"devices\":%d,\"cross_device_every\":%d", m.ndev, MIX_CROSS_EVERY);
+    len = snprintf(row->extra, sizeof row->extra,
+                   "\"seconds\":%.3f,\"requests_per_s\":%.0f,\"max_ns\":%.1f,\"floor_max_ns\":%.1f,"
+                   "\"max_ratio\":%.3f,\"instantiations\":%llu,\"graph_launches\":%llu,"
+                   "\"graph_hits\":%llu,\"counter_slots_checked\":%llu",
+                   secs, (double)MIX_THREADS * (double)m.n / secs, mx, fmx,
+                   fmx > 0 ? mx / fmx : 0,
+                   (unsigned long long)(m.g1.instantiations - m.g0.instantiations),
+                   (unsigned long long)(m.g1.launches - m.g0.launches),
+                   (unsigned long long)(m.g1.hits - m.g0.hits), (unsigned long long)slots);
+    if (m.ndev > 1 && len > 0 && (size_t)len < sizeof row->extra)
+        len += snprintf(row->extra + len, sizeof row->extra - (size_t)len,
+                        ",\"stream_contexts_checked\":%llu,\"events_released_cross_device\":%llu",
+                        (unsigned long long)ctx_checks, (unsigned long long)xrel);
+    if (m.ndev > 1 && !mix_hand && len > 0 && (size_t)len < sizeof row->extra)
+        snprintf(row->extra + len, sizeof row->extra - (size_t)len,
+                 ",\"events_reacquired_after_cross_device\":%llu", (unsigned long long)reacq);
     char mxs[16], fmxs[16];
     fmt_ns(mxs, sizeof mxs, mx);
     fmt_ns(fmxs, sizeof fmxs, fmx);
-    snprintf(row->note, sizeof row->note,
-             "%.0f requests/s; max %s = %.2fx the floor's max (%s); %llu instantiations in "
-             "the measured phase",
-             (double)MIX_THREADS * (double)n / secs, mxs, fmx > 0 ? mx / fmx : 0, fmxs,
-             (unsigned long long)(g1.instantiations - g0.instantiations));
-    free(ha), free(c.hr), free(fa), free(fr);
+    len = snprintf(row->note, sizeof row->note,
+                   "%.0f requests/s; max %s = %.2fx the floor's max (%s); %llu instantiations in "
+                   "the measured phase",
+                   (double)MIX_THREADS * (double)m.n / secs, mxs, fmx > 0 ? mx / fmx : 0, fmxs,
+                   (unsigned long long)(m.g1.instantiations - m.g0.instantiations));
+    if (m.ndev > 1 && len > 0 && (size_t)len < sizeof row->note)
+        len += snprintf(row->note + len, sizeof row->note - (size_t)len,
+                        "; %llu counter slots as expected, %llu streams of their device's "
+                        "context, %llu events released with another device current",
+                        (unsigned long long)slots, (unsigned long long)ctx_checks,
+                        (unsigned long long)xrel);
+    if (m.ndev > 1 && !mix_hand && len > 0 && (size_t)len < sizeof row->note)
+        snprintf(row->note + len, sizeof row->note - (size_t)len,
+                 ", %llu of them acquired again", (unsigned long long)reacq);
+    free(fa), free(fr);
+}
+
+/* ---- devices: the service mix on device 0 alone, then on every device at once ---- */
+
+/* One variant of the mix (checked or promised pools) run twice: device 0's request threads
+ * alone (the others' idle), then every device's at once. */
+struct dev_summary {
+    int ran;
+    const char *how;
+    struct mix_run alone, all;
+};
+static struct dev_summary dev_sum[2];
+static const char *devices_skipped; /* why the devices workload gave no figure, or NULL */
+
+static double p999_of(const struct lat *a, const struct lat *r)
+{
+    return a->p999 > r->p999 ? a->p999 : r->p999;
+}
+
+/* A run's request-thread creates and destroys per 1000 of its acquires (every device's:
+ * cupool counts them per process). */
+static double dev_req_per_1000(const struct mix_run *m)
+{
+    return per_1000(m->dc.req_creates + m->dc.req_destroys,
+                    (uint64_t)m->threads * (uint64_t)m->n * 3);
+}
+
+/* The row of device k in run m: ns per request of its threads, its single calls, its classes'
+ * creates and destroys; device 0's with every device busy has device 0 alone as its floor. */
+static void dev_row(const struct dev_summary *ds, const struct mix_run *m, int k)
+{
+    const struct mix_dev_result *r = &m->dev[k];
+    char busy[32];
+    if (m->only0)
+        snprintf(busy, sizeof busy, " alone");
+    else
+        snprintf(busy, sizeof busy, ", %d devices busy", m->ndev);
+    struct row *row = row_new(W_DEVICES, "request", "%s, device %d%s", ds->how, k, busy);
+    uint64_t ops = (uint64_t)r->requests * 3;
+    row->ns = r->ns_per_request;
+    row->acq = r->acq;
+    row->rel = r->rel;
+    if (!m->only0 && k == 0) {
+        const struct mix_dev_result *a = &ds->alone.dev[0];
+        snprintf(row->floor, sizeof row->floor, "%s, device 0 alone", ds->how);
+        row->floor_ns = a->ns_per_request;
+        row->facq = a->acq;
+        row->frel = a->rel;
+    }
+    snprintf(row->params, sizeof row->params,
+             "\"variant\":\"%s\",\"run\":\"%s\",\"device\":%d,\"devices\":%d,"
+             "\"devices_busy\":%d,\"request_threads\":%d,\"requests\":%ld,\"signatures\":%d",
+             ds->how, m->only0 ? "alone" : "all", k, m->ndev, m->only0 ? 1 : m->ndev, r->threads,
+             r->requests, opt_signatures);
+    snprintf(row->extra, sizeof row->extra,
+             "\"seconds\":%.3f,\"requests_per_s\":%.0f,\"ns_per_request\":%.1f,\"acquires\":%llu,"
+             "\"creates\":%llu,\"destroys\":%llu,\"creates_per_1000\":%.3f,"
+             "\"destroys_per_1000\":%.3f,\"counter_slots_checked\":%llu,"
+             "\"stream_contexts_checked\":%llu,\"events_released_cross_device\":%llu,"
+             "\"events_reacquired_after_cross_device\":%llu",
+             r->seconds, r->requests_per_s, r->ns_per_request, (unsigned long long)ops,
+             (unsigned long long)r->creates, (unsigned long long)r->destroys,
+             per_1000(r->creates, ops), per_1000(r->destroys, ops),
+             (unsigned long long)r->slots_checked, (unsigned long long)r->ctx_checks,
+             (unsigned long long)r->xrel, (unsigned long long)r->reacquired);
+}
+
+static void wl_devices(void)
+{
+    if (devices_n < 2) {
+        devices_skipped = "needs two devices";
+        fprintf(opt_json ? stderr : stdout, "\ndevices: needs two devices, and %s: no figure\n",
+                dev_count < 2 ? "this run sees one (the simulated driver models two with "
+                                "FAKECUDA_DEVICES=2)"
+                              : "--devices 1 was given");
+        return;
+    }
+    for (int v = 0; v < 2; v++) {
+        struct dev_summary *ds = &dev_sum[v];
+        ds->how = v ? "promised" : "checked";
+        mix_promised = v;
+        mix_hand = mix_hand_checked = mix_hand_blind = 0;
+        ds->alone = (struct mix_run){.ndev = devices_n, .only0 = 1};
+        mix_run(&ds->alone);
+        MCHECK(cupool_trim());
+        ds->all = (struct mix_run){.ndev = devices_n};
+        mix_run(&ds->all);
+        MCHECK(cupool_trim());
+        ds->ran = 1;
+        dev_row(ds, &ds->alone, 0);
+        for (int k = 0; k < devices_n; k++)
+            dev_row(ds, &ds->all, k);
+    }
+}
+
+static void print_devices(int first)
+{
+    printf("\n%s: %s%s\n", wl_names[W_DEVICES], wl_what[W_DEVICES], label);
+    printf("  (%d request threads in all, thread i on device i %% %d, each device with its own "
+           "completion thread; alone: device 0's %d threads only; every %dth request's handles "
+           "are released by the next device's completion thread, with that device current)\n",
+           MIX_THREADS, devices_n, dev_sum[0].alone.threads, MIX_CROSS_EVERY);
+    printf("  %-40s %12s %11s %8s %11s %11s\n", "row", "requests/s", "ns/request", "x alone",
+           "creates/1k", "destroys/1k");
+    const struct row *r = &rows[first]; /* per variant: alone's device 0, then all's devices */
+    for (int v = 0; v < 2; v++) {
+        const struct dev_summary *ds = &dev_sum[v];
+        for (int j = 0; ds->ran && j <= devices_n; j++, r++) {
+            const struct mix_dev_result *dr = j ? &ds->all.dev[j - 1] : &ds->alone.dev[0];
+            uint64_t ops = (uint64_t)dr->requests * 3;
+            char x[16] = "-";
+            if (j == 1 && ds->alone.dev[0].requests_per_s > 0)
+                snprintf(x, sizeof x, "%.2fx",
+                         dr->requests_per_s / ds->alone.dev[0].requests_per_s);
+            printf("  %-40s %12.0f %11.1f %8s %11.2f %11.2f\n", r->name, dr->requests_per_s,
+                   r->ns, x, per_1000(dr->creates, ops), per_1000(dr->destroys, ops));
+            print_lats("", &r->acq, &r->rel);
+        }
+    }
+    for (int v = 0; v < 2; v++) {
+        const struct dev_summary *ds = &dev_sum[v];
+        if (!ds->ran)
+            continue;
+        const struct mix_dev_result *a = &ds->alone.dev[0], *b = &ds->all.dev[0];
+        uint64_t slots = 0, ctx_checks = 0, xrel = 0, reacq = 0;
+        for (int k = 0; k < devices_n; k++) {
+            slots += ds->alone.dev[k].slots_checked + ds->all.dev[k].slots_checked;
+            ctx_checks += ds->alone.dev[k].ctx_checks + ds->all.dev[k].ctx_checks;
+            xrel += ds->alone.dev[k].xrel + ds->all.dev[k].xrel;
+            reacq += ds->alone.dev[k].reacquired + ds->all.dev[k].reacquired;
+        }
+        printf("  %s: device 0 with %d devices busy / alone: requests/s %.2fx, p99.9 %.2fx; "
+               "request-thread creates+destroys per 1000 acquires: %.2f alone, %.2f all busy "
+               "(every device's: cupool counts them per process)\n",
+               ds->how, devices_n,
+               a->requests_per_s > 0 ? b->requests_per_s / a->requests_per_s : 0,
+               p999_of(&a->acq, &a->rel) > 0
+                   ? p999_of(&b->acq, &b->rel) / p999_of(&a->acq, &a->rel)
+                   : 0,
+               dev_req_per_1000(&ds->alone), dev_req_per_1000(&ds->all));
+        printf("  %s: every value checked: %llu counter slots as expected, %llu streams of their "
+               "device's context, %llu events released with another device current, %llu of "
+               "them acquired again and recorded on their own device's streams\n",
+               ds->how, (unsigned long long)slots, (unsigned long long)ctx_checks,
+               (unsigned long long)xrel, (unsigned long long)reacq);
+    }
+    fflush(stdout);
+}
+
+/* The devices workload's own member of its JSON object: the device count, and per variant
+ * the runs' request-thread counts and device 0's ratios (the per-device figures are its
+ * rows); or why there is no figure. */
+static void json_devices(void)
+{
+    printf(",\"devices\":{\"count\":%d", devices_n);
+    if (devices_skipped) {
+        printf(",\"skipped\":");
+        json_str(devices_skipped);
+        printf("}");
+        return;
+    }
+    printf(",\"request_threads\":%d,\"cross_device_every\":%d,\"variants\":[", MIX_THREADS,
+           MIX_CROSS_EVERY);
+    for (int v = 0; v < 2; v++) {
+        const struct dev_summary *ds = &dev_sum[v];
+        printf("%s{\"variant\":\"%s\"", v ? "," : "", ds->how);
+        for (int k = 0; k < 2; k++) {
+            const struct mix_run *m = k ? &ds->all : &ds->alone;
+            uint64_t ops = (uint64_t)m->threads * (uint64_t)m->n * 3;
+            printf(",\"%s\":{\"request_threads\":%d,\"seconds\":%.3f,\"request_creates\":%llu,"
+                   "\"request_destroys\":%llu,\"request_creates_per_1000\":",
+                   k ? "all" : "alone", m->threads, (double)(m->t1 - m->t0) / 1e9,
+                   (unsigned long long)m->dc.req_creates, (unsigned long long)m->dc.req_destroys);
+            json_num(per_1000(m->dc.req_creates, ops));
+            printf(",\"request_destroys_per_1000\":");
+            json_num(per_1000(m->dc.req_destroys, ops));
+            printf("}");
+        }
+        const struct mix_dev_result *a = &ds->alone.dev[0], *b = &ds->all.dev[0];
+        printf(",\"device0_all_over_alone\":{\"requests_per_s\":");
+        json_num(a->requests_per_s > 0 ? b->requests_per_s / a->requests_per_s : NAN);
+        printf(",\"ns_per_request\":");
+        json_num(a->ns_per_request > 0 ? b->ns_per_request / a->ns_per_request : NAN);
+        printf(",\"p99_9\":");
+        double pa = p999_of(&a->acq, &a->rel);
+        json_num(pa > 0 ? p999_of(&b->acq, &b->rel) / pa : NAN);
+        printf("}}");
+    }
+    printf("]}");
 }
 
 /* ---- key figures: the ones the targets are stated in ---- */
@@ -2682,6 +3343,22 @@ static void key_figures(void)
                         "service-mix %s: p99.99 / the hand-written mix's (aim)", how);
             }
         }
+    for (int v = 0; v < 2; v++) {
+        /* what the other devices' traffic does to device 0's: no target, the figure itself */
+        const struct dev_summary *ds = &dev_sum[v];
+        if (!ds->ran)
+            continue;
+        const struct mix_dev_result *a = &ds->alone.dev[0], *b = &ds->all.dev[0];
+        double pa = p999_of(&a->acq, &a->rel);
+        key_add(a->requests_per_s > 0 ? b->requests_per_s / a->requests_per_s : 0, "x", -1,
+                "devices %s: device 0's requests/s, %d devices busy / alone", ds->how,
+                devices_n);
+        key_add(pa > 0 ? p999_of(&b->acq, &b->rel) / pa : 0, "x", -1,
+                "devices %s: device 0's p99.9, %d devices busy / alone", ds->how, devices_n);
+        key_add(dev_req_per_1000(&ds->all), "per 1000", 0,
+                "devices %s: request-thread creates+destroys, %d devices busy", ds->how,
+                devices_n);
+    }
 }
 
 /* ---- the run ---- */
@@ -2700,12 +3377,17 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
 {
     ctx = context;
     label = simulated ? " [simulated]" : "";
+    GET(cuDeviceGetCount, 2000);
+    GET(cuDeviceGet, 2000);
+    GET(cuDevicePrimaryCtxRetain, 7000);
     GET(cuCtxSetCurrent, 4000);
+    GET(cuCtxSynchronize, 2000);
     GET(cuCtxGetId, 12000);
     GET(cuCtxGetStreamPriorityRange, 5050);
     GET(cuStreamCreateWithPriority, 5050);
     GET(cuStreamDestroy, 4000);
     GET(cuStreamIsCapturing, 10000);
+    GET(cuStreamGetCtx, 9020);
     GET(cuEventCreate, 2000);
     GET(cuEventDestroy, 4000);
     GET(cuEventRecord, 2000);
@@ -2715,6 +3397,8 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     GET(cuModuleGetFunction, 2000);
     GET(cuMemAlloc, 3020);
     GET(cuMemFree, 3020);
+    GET(cuMemcpyHtoD, 3020);
+    GET(cuMemcpyDtoH, 3020);
     GET(cuGraphCreate, 10000);
     GET(cuGraphAddKernelNode, 12000);
     GET(cuGraphInstantiateWithFlags, 11040);
@@ -2730,6 +3414,36 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     /* the benchmark never resets or destroys ctx while it runs: the promise holds */
     MCHECK(cupool_stream_pool_get(&promised_spool, ctx, SFLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES, 0));
     MCHECK(cupool_event_pool_get(&promised_epool, ctx, EFLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES));
+    MCHECK(d.cuDeviceGetCount(&dev_count));
+    int most = dev_count < WL_MAX_DEV ? dev_count : WL_MAX_DEV;
+    if (opt_devices > dev_count) {
+        fprintf(stderr, "cupool-bench: --devices must be from 1 to the device count (%d here), "
+                        "not %d\n", dev_count, opt_devices);
+        return 2;
+    }
+    mix_devices = opt_devices > 0 ? opt_devices : opt_devices < 0 ? most : 1;
+    devices_n = opt_devices > 0 ? opt_devices : most;
+    devs[0] = (struct wl_dev){.ctx = ctx, .id = ctx_id, .spool = spool,
+                              .promised_spool = promised_spool, .epool = epool,
+                              .promised_epool = promised_epool};
+    /* the other devices' primary contexts and pools, where a workload uses them */
+    int used = want[W_MIX] ? mix_devices : 1;
+    if (want[W_DEVICES] && devices_n > used)
+        used = devices_n;
+    for (int k = 1; k < used; k++) {
+        struct wl_dev *dv = &devs[k];
+        CUdevice dev;
+        MCHECK(d.cuDeviceGet(&dev, k));
+        MCHECK(d.cuDevicePrimaryCtxRetain(&dv->ctx, dev));
+        MCHECK(d.cuCtxGetId(dv->ctx, &dv->id));
+        MCHECK(cupool_stream_pool_get(&dv->spool, dv->ctx, SFLAGS, 0));
+        MCHECK(cupool_event_pool_get(&dv->epool, dv->ctx, EFLAGS));
+        /* nor these contexts: the promise holds for them too */
+        MCHECK(cupool_stream_pool_get(&dv->promised_spool, dv->ctx,
+                                      SFLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES, 0));
+        MCHECK(cupool_event_pool_get(&dv->promised_epool, dv->ctx,
+                                     EFLAGS | CUPOOL_POOL_CONTEXT_OUTLIVES));
+    }
     timer_init();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     if (!opt_json) {
@@ -2743,6 +3457,10 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
                ns_per_tick, timer_cost_ns, timer_cost_p50_ns);
         printf("creates/1k, destroys/1k: driver calls per 1000 acquires over the measured runs "
                "(every class); (req): of them on request threads\n");
+        if (want[W_MIX] && mix_devices > 1)
+            printf("service-mix: its %d request threads spread over %d devices (thread i on "
+                   "device i %% %d), a completion thread per device\n",
+                   MIX_THREADS, mix_devices, mix_devices);
         fflush(stdout);
     }
     int first_row[W_COUNT];
@@ -2759,6 +3477,7 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
         case W_DROPIN: wl_dropin(); break;
         case W_CLASH: wl_clash(); break;
         case W_EXPLICIT: wl_explicit(); break;
+        case W_DEVICES: wl_devices(); break;
         default:
             /* checked, promised, then the same mix by hand: with the checked pools' driver
              * calls, without them, and with blind record writes (no ownership check) */
@@ -2774,7 +3493,9 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
             break;
         }
         die_if_failed();
-        if (!opt_json)
+        if (!opt_json && w == W_DEVICES && !devices_skipped)
+            print_devices(first_row[w]);
+        else if (!opt_json && w != W_DEVICES)
             print_rows(w, first_row[w]);
         if (!opt_json && w == W_EXPLICIT)
             printf("  (pool: an explicit stream pool, released unvouched, so each acquire makes "
@@ -2833,10 +3554,12 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     printf("{\"date\":\"%s\",\"gpu\":", date);
     json_str(gpu);
     printf(",\"cuda_driver_version\":%d,\"simulated\":%s,\"cpus\":%ld,\"cupool_version\":\"%s\","
-           "\"quick\":%s,\n\"timer\":{\"source\":\"%s\",\"ns_per_tick\":%.6f,\"cost_ns\":%.2f,"
+           "\"quick\":%s,\"device_count\":%d,\"mix_devices\":%d,\n"
+           "\"timer\":{\"source\":\"%s\",\"ns_per_tick\":%.6f,\"cost_ns\":%.2f,"
            "\"cost_p50_ns\":%.2f,\"drift\":%.6f},\n\"environment\":{",
            driver_version, simulated ? "true" : "false", cpus, cupool_version(),
-           opt_quick ? "true" : "false", use_tsc ? "tsc" : "clock_gettime", ns_per_tick,
+           opt_quick ? "true" : "false", dev_count, mix_devices,
+           use_tsc ? "tsc" : "clock_gettime", ns_per_tick,
            timer_cost_ns, timer_cost_p50_ns, tsc_drift);
     int firstenv = 1;
     for (char **e = environ; *e; e++) {
@@ -2856,7 +3579,7 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
     for (int i = 0; i < norder; i++) {
         int w = order[i];
         printf("%s\n{\"workload\":\"%s\",\"description\":", i ? "," : "", wl_names[w]);
-        json_str(wl_what[w]);
+        json_str(wl_desc(w));
         printf(",\"rows\":[");
         int firstr = 1;
         for (int k = 0; k < nrows; k++) {
@@ -2866,7 +3589,10 @@ int cupool_bench_workloads(CUcontext context, int simulated, const char *gpu, in
             json_row(&rows[k]);
             firstr = 0;
         }
-        printf("]}");
+        printf("]");
+        if (w == W_DEVICES)
+            json_devices();
+        printf("}");
     }
     printf("\n],\n\"key_figures\":[");
     for (int i = 0; i < nkeys_out; i++) {
