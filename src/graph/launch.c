@@ -661,6 +661,8 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
     }
     bool one_off = false; /* an exec beyond CUPOOL_GRAPH_EXECS_MAX: used once, then destroyed */
     if (!x) {
+        /* read while the launch holds e: a failed exec_add lets it go (to eviction, reuse) */
+        uint8_t dev = e->dev;
         /* a capture's new exec comes from this call's capture when there is one */
         r = exec_add(e, s->fresh, s->p, stream, &x, &one_off);
         if (s->fresh) {
@@ -668,7 +670,7 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
             s->fresh = NULL; /* no update needed */
         }
         if (r != CUDA_SUCCESS) {
-            count_launch(e->dev, s->inst, 0, 0);
+            count_launch(dev, s->inst, 0, 0);
             return r;
         }
         s->inst++;

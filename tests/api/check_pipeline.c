@@ -6,11 +6,13 @@
  */
 #define _GNU_SOURCE /* setenv */
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/testutil.h"
@@ -2482,6 +2484,132 @@ START_TEST(two_devices_claim_lock_free_per_thread)
 }
 END_TEST
 
+/* Two captures of one key on device 0 miss at once: the first waits in its function until
+ * the second has cached its entry, so the first's own entry is dropped and it takes the
+ * second's; it needs an exec of its own (the second's last ran on another stream), whose
+ * instantiation fails, and the launch lets the entry go. A third thread, on device 1, then
+ * evicts that entry and reuses its struct for one of its own, without synchronising with
+ * the first. The first's instantiation (of the entry it dropped) counts on device 0 all the
+ * same: the launch took the entry's device slot while it still held the entry. (Under
+ * ThreadSanitizer, a read of the slot after the entry was let go is a data race with the
+ * reuse: the rounds give it several chances to be seen.) */
+static _Atomic int lost_second_done, lost_evict_go;
+static unsigned long lost_inst_calls; /* cuGraphInstantiateWithParams calls before a round */
+static uint64_t lost_key;
+static CUstream lost_s2;
+
+static CUresult lost_add_one(CUstream stream, void *user)
+{
+    (void)user;
+    CUdeviceptr ptr = two_dv[0].mem;
+    unsigned v = 1;
+    return tu.cuLaunchKernel(two_dv[0].k.add_u32, 1, 1, 1, 1, 1, 1, 0, stream,
+                             (void *[]){&ptr, &v}, NULL);
+}
+
+static CUresult lost_add_one_later(CUstream stream, void *user)
+{
+    atomic_store_explicit(&lost_evict_go, 1, memory_order_release);
+    while (!atomic_load_explicit(&lost_second_done, memory_order_acquire))
+        sched_yield();
+    return lost_add_one(stream, user);
+}
+
+static void *lost_second(void *arg)
+{
+    (void)arg;
+    if (tu.cuCtxSetCurrent(two_dv[0].ctx) != CUDA_SUCCESS ||
+        cupool_capture_launch(lost_key, lost_s2, lost_add_one, NULL, 0) != CUDA_SUCCESS ||
+        tu.cuStreamSynchronize(lost_s2) != CUDA_SUCCESS)
+        thread_errors++;
+    /* the first's instantiation of its own entry succeeds, that of its exec fails */
+    tu_fake.fault("cuGraphInstantiateWithParams", 1, 1, CUDA_ERROR_OUT_OF_MEMORY);
+    atomic_store_explicit(&lost_second_done, 1, memory_order_release);
+    return NULL;
+}
+
+static void *lost_evicter(void *arg)
+{
+    (void)arg;
+    while (!atomic_load_explicit(&lost_evict_go, memory_order_acquire))
+        sched_yield();
+    /* until the first's failed instantiation (the second's, the first's, the failed one) */
+    while (tu_fake.calls("cuGraphInstantiateWithParams") < lost_inst_calls + 3)
+        sched_yield();
+    struct timespec nap = {0, 50000000};
+    nanosleep(&nap, NULL); /* the first is back from its launch by now */
+    if (tu.cuCtxSetCurrent(two_dv[1].ctx) != CUDA_SUCCESS)
+        thread_errors++;
+    cupool_pipeline_t p;
+    if (cupool_pipeline_create(&p) != CUDA_SUCCESS) {
+        thread_errors++;
+        return NULL;
+    }
+    /* with one entry cached at most, each evicts the one before (the first, device 0's);
+     * the second reuses the struct of device 0's entry */
+    for (int sig = 1; sig <= 4; sig++) {
+        CUdeviceptr ptr = two_dv[1].mem;
+        unsigned v = 1;
+        if (cupool_pipeline_reset(p) != CUDA_SUCCESS)
+            thread_errors++;
+        for (int i = 0; i < sig; i++)
+            if (cupool_pipeline_kernel(p, two_dv[1].k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+                                       (void *[]){&ptr, &v}, NULL) != CUDA_SUCCESS)
+                thread_errors++;
+        if (cupool_pipeline_launch(p, two_dv[1].s) != CUDA_SUCCESS)
+            thread_errors++;
+    }
+    if (tu.cuStreamSynchronize(two_dv[1].s) != CUDA_SUCCESS)
+        thread_errors++;
+    cupool_pipeline_destroy(p);
+    return NULL;
+}
+
+START_TEST(two_devices_failed_exec_after_a_lost_publish_counts_on_its_device)
+{
+    setenv("CUPOOL_GRAPH_CACHE_ENTRIES", "1", 1);
+    setenv("CUPOOL_GRAPH_UPLOAD", "1", 1); /* instantiated by cuGraphInstantiateWithParams */
+    if (!two_devices(two_dv, "two_devices_failed_exec_after_a_lost_publish_counts_on_its_device"))
+        return;
+    if (!tu_fake.present)
+        return; /* the failure is injected */
+    enum { ROUNDS = 6 };
+    TU_OK(tu.cuCtxSetCurrent(two_dv[0].ctx));
+    TU_OK(tu.cuStreamCreate(&lost_s2, CU_STREAM_NON_BLOCKING));
+    for (int round = 0; round < ROUNDS; round++) {
+        atomic_store(&lost_second_done, 0);
+        atomic_store(&lost_evict_go, 0);
+        lost_key = 1000 + (uint64_t)round;
+        lost_inst_calls = tu_fake.calls("cuGraphInstantiateWithParams");
+        pthread_t second, evicter;
+        ck_assert_int_eq(pthread_create(&evicter, NULL, lost_evicter, NULL), 0);
+        ck_assert_int_eq(pthread_create(&second, NULL, lost_second, NULL), 0);
+        CUresult r = cupool_capture_launch(lost_key, two_dv[0].s, lost_add_one_later, NULL, 0);
+        /* (no driver call until the evicter is done: it would order the two threads) */
+        pthread_join(evicter, NULL);
+        pthread_join(second, NULL);
+        tu_fake.fault_clear();
+        TU_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+        ck_assert_int_eq(thread_errors, 0);
+        TU_OK(tu.cuCtxSetCurrent(two_dv[0].ctx));
+    }
+    cupool_graph_stats_t g = dstats(0);
+    ck_assert_uint_eq(g.launches, 2 * ROUNDS);
+    ck_assert_uint_eq(g.misses, 2 * ROUNDS);
+    ck_assert_uint_eq(g.instantiations, 2 * ROUNDS); /* the second's entry, and the first's */
+    ck_assert_uint_eq(g.evictions, ROUNDS);
+    ck_assert_uint_eq(g.entries, 0);
+    g = dstats(1);
+    ck_assert_uint_eq(g.misses, 4 * ROUNDS);
+    ck_assert_uint_eq(g.instantiations, 4 * ROUNDS);
+    ck_assert_uint_eq(g.entries, 1);
+    devices_sum_to_the_totals();
+    unsigned v[4];
+    dev_counters(&two_dv[0], v);
+    ck_assert_uint_eq(v[0], ROUNDS); /* the seconds' launches; the firsts launched nothing */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -2528,6 +2656,7 @@ int main(void)
     tcase_add_test(env, cluster_dimension_eager);
     tcase_add_test(env, two_devices_side_by_side_in_the_cache);
     tcase_add_test(env, two_devices_claim_lock_free_per_thread);
+    tcase_add_test(env, two_devices_failed_exec_after_a_lost_publish_counts_on_its_device);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
