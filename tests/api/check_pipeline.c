@@ -2484,6 +2484,111 @@ START_TEST(two_devices_claim_lock_free_per_thread)
 }
 END_TEST
 
+/* Every path that counts per device, on each of two devices: a capture updated in place
+ * (CUPOOL_CAPTURE_UPDATE, its update counted by the capture path), a pipeline's exec for a
+ * second stream (a hit that instantiates), and a miss whose entry fails to build (counted on
+ * its device all the same); each device's figures exact, their sums the totals. Then an entry
+ * whose device the driver does not say counts in the totals alone, and a trim empties every
+ * device. */
+struct cover_capture {
+    const struct dev_side *d;
+    unsigned v;
+};
+
+static CUresult cover_capture_fn(CUstream stream, void *user)
+{
+    struct cover_capture *c = user;
+    CUdeviceptr ptr = c->d->mem + 12;
+    void *args[] = {&ptr, &c->v};
+    return tu.cuLaunchKernel(c->d->k.add_u32, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL);
+}
+
+START_TEST(two_devices_every_path_counts_on_its_device)
+{
+    struct dev_side dv[2];
+    setenv("CUPOOL_GRAPH_UPLOAD", "1", 1); /* instantiated by cuGraphInstantiateWithParams */
+    if (!two_devices(dv, "two_devices_every_path_counts_on_its_device"))
+        return;
+    cupool_pipeline_t a, b;
+    TU_OK(cupool_pipeline_create(&a));
+    TU_OK(cupool_pipeline_create(&b));
+    CUstream other[2];
+    unsigned sum3[2] = {0, 0};
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+        TU_OK(tu.cuStreamCreate(&other[d], CU_STREAM_NON_BLOCKING));
+        for (unsigned i = 0; i < 3; i++) { /* a miss, then two updates of its exec */
+            struct cover_capture c = {&dv[d], 10 * (unsigned)d + i + 1};
+            TU_OK(cupool_capture_launch(5, dv[d].s, cover_capture_fn, &c,
+                                        CUPOOL_CAPTURE_UPDATE));
+            sum3[d] += c.v;
+        }
+        TU_OK(tu.cuStreamSynchronize(dv[d].s));
+        fill_dev_a(a, &dv[d], 1);
+        TU_OK(cupool_pipeline_launch(a, dv[d].s)); /* a miss */
+        TU_OK(tu.cuStreamSynchronize(dv[d].s));
+        TU_OK(cupool_pipeline_launch(a, other[d])); /* a hit, with an exec of its own */
+        if (tu_fake.present) { /* a miss whose entry fails to build */
+            fill_dev_b(b, &dv[d], 1);
+            tu_fake.fault("cuGraphInstantiateWithParams", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+            TU_EQ(cupool_pipeline_launch(b, dv[d].s), CUDA_ERROR_OUT_OF_MEMORY);
+            tu_fake.fault_clear();
+        }
+    }
+    int failed = tu_fake.present ? 1 : 0;
+    for (int d = 0; d < 2; d++) {
+        unsigned v[4];
+        dev_counters(&dv[d], v);
+        ck_assert_uint_eq(v[0], 2 * (1 + 2 + 3));
+        ck_assert_uint_eq(v[3], sum3[d]);
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.launches, 3 + 2 + failed);
+        ck_assert_uint_eq(g.misses, 1 + 1 + failed);
+        ck_assert_uint_eq(g.hits, 2 + 1);
+        ck_assert_uint_eq(g.instantiations, 1 + 2);
+        ck_assert_uint_eq(g.updates, 2);
+        ck_assert_uint_eq(g.entries, 2);
+        ck_assert_uint_eq(g.execs, 1 + 2);
+        ck_assert_uint_gt(g.bytes, 0);
+    }
+    devices_sum_to_the_totals();
+    if (tu_fake.present) {
+        /* the driver does not say the device of a new entry: the totals count it, no device
+         * does */
+        cupool_graph_stats_t before = gstats(), d1 = dstats(1);
+        TU_OK(tu.cuCtxSetCurrent(dv[1].ctx));
+        fill_dev_b(b, &dv[1], 2);
+        tu_fake.fault("cuCtxGetDevice", 0, 1, CUDA_ERROR_INVALID_CONTEXT);
+        TU_OK(cupool_pipeline_launch(b, dv[1].s));
+        tu_fake.fault_clear();
+        cupool_graph_stats_t after = gstats();
+        ck_assert_uint_eq(after.launches, before.launches + 1);
+        ck_assert_uint_eq(after.misses, before.misses + 1);
+        ck_assert_uint_eq(after.entries, before.entries + 1);
+        ck_assert_uint_eq(after.execs, before.execs + 1);
+        ck_assert_uint_eq(dstats(1).launches, d1.launches);
+        ck_assert_uint_eq(dstats(1).entries, d1.entries);
+        TU_OK(cupool_trim());
+        ck_assert_uint_eq(gstats().evictions, before.evictions + 2 + 2 + 1);
+    } else {
+        TU_OK(cupool_trim());
+    }
+    for (int d = 0; d < 2; d++) {
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.evictions, 2);
+        ck_assert_uint_eq(g.entries, 0);
+        ck_assert_uint_eq(g.execs, 0);
+        ck_assert_uint_eq(g.bytes, 0);
+    }
+    cupool_graph_stats_t all = gstats();
+    ck_assert_uint_eq(all.entries, 0);
+    ck_assert_uint_eq(all.execs, 0);
+    ck_assert_uint_eq(all.bytes, 0);
+    TU_OK(cupool_pipeline_destroy(a));
+    TU_OK(cupool_pipeline_destroy(b));
+}
+END_TEST
+
 /* Two captures of one key on device 0 miss at once: the first waits in its function until
  * the second has cached its entry, so the first's own entry is dropped and it takes the
  * second's; it needs an exec of its own (the second's last ran on another stream), whose
@@ -2656,6 +2761,7 @@ int main(void)
     tcase_add_test(env, cluster_dimension_eager);
     tcase_add_test(env, two_devices_side_by_side_in_the_cache);
     tcase_add_test(env, two_devices_claim_lock_free_per_thread);
+    tcase_add_test(env, two_devices_every_path_counts_on_its_device);
     tcase_add_test(env, two_devices_failed_exec_after_a_lost_publish_counts_on_its_device);
     suite_add_tcase(s, env);
     if (!tu_real()) {
