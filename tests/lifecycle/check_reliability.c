@@ -113,6 +113,8 @@ START_TEST(handles_never_cross_devices)
     int count = 0;
     TU_OK(tu.cuDeviceGetCount(&count));
     if (count < 2) {
+        /* the simulated driver models two (FAKECUDA_DEVICES=2, set before the setup) */
+        ck_assert_msg(tu_real(), "the simulated driver shows %d device(s), not 2", count);
         printf("handles_never_cross_devices: one device only; needs two (not run)\n");
         return;
     }
@@ -202,6 +204,8 @@ START_TEST(events_released_on_the_other_device_serve_a_cross_device_pipeline)
     int count = 0;
     TU_OK(tu.cuDeviceGetCount(&count));
     if (count < 2) {
+        /* the simulated driver models two (FAKECUDA_DEVICES=2, set before the setup) */
+        ck_assert_msg(tu_real(), "the simulated driver shows %d device(s), not 2", count);
         printf("events_released_on_the_other_device_serve_a_cross_device_pipeline: one device "
                "only; needs two (not run)\n");
         return;
