@@ -34,18 +34,18 @@ rc=$?
     fail "--devices 3 with two devices: exit status $rc, $(head -n 1 "$tmp/bad.out")"
 
 FAKECUDA_DEVICES=1 "$bench" workloads devices --quick >"$tmp/one.out" 2>&1 ||
-    { cat "$tmp/one.out"; fail "devices with one device: exit status $?"; }
+    { rc=$?; cat "$tmp/one.out"; fail "devices with one device: exit status $rc"; }
 grep -q "^devices: needs two devices" "$tmp/one.out" ||
     { cat "$tmp/one.out"; fail "devices with one device does not say it needs two"; }
 grep -q "device 0 alone" "$tmp/one.out" && fail "devices with one device printed figures"
 FAKECUDA_DEVICES=1 "$bench" workloads devices --quick --json >"$tmp/one.json" 2>"$tmp/one.err" ||
-    { cat "$tmp/one.err"; fail "devices --json with one device: exit status $?"; }
+    { rc=$?; cat "$tmp/one.err"; fail "devices --json with one device: exit status $rc"; }
 grep -q '"devices":{"count":1,"skipped":"needs two devices"}' "$tmp/one.json" ||
     fail "devices --json with one device: no \"skipped\" member: $(cat "$tmp/one.json")"
 
 start=$(date +%s)
 FAKECUDA_DEVICES=2 "$bench" workloads devices --devices 2 --quick >"$tmp/two.out" 2>&1 ||
-    { cat "$tmp/two.out"; fail "workloads devices --devices 2: exit status $?"; }
+    { rc=$?; cat "$tmp/two.out"; fail "workloads devices --devices 2: exit status $rc"; }
 secs=$(($(date +%s) - start))
 for row in "checked, device 0 alone" "checked, device 0, 2 devices busy" \
            "checked, device 1, 2 devices busy" "promised, device 0 alone" \
