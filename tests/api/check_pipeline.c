@@ -2614,18 +2614,36 @@ static CUresult lost_add_one(CUstream stream, void *user)
                              (void *[]){&ptr, &v}, NULL);
 }
 
+/* Waits for *flag to be set, for 20 s at most (then counts an error: a round whose order
+ * the test did not get fails instead of hanging). */
+static bool lost_wait(_Atomic int *flag)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!atomic_load_explicit(flag, memory_order_acquire)) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 20) {
+            thread_errors++;
+            return false;
+        }
+        sched_yield();
+    }
+    return true;
+}
+
 static CUresult lost_add_one_later(CUstream stream, void *user)
 {
     atomic_store_explicit(&lost_evict_go, 1, memory_order_release);
-    while (!atomic_load_explicit(&lost_second_done, memory_order_acquire))
-        sched_yield();
+    lost_wait(&lost_second_done);
     return lost_add_one(stream, user);
 }
 
 static void *lost_second(void *arg)
 {
     (void)arg;
-    if (tu.cuCtxSetCurrent(two_dv[0].ctx) != CUDA_SUCCESS ||
+    /* only once the first missed and is inside its capture: started before, the second could
+     * cache the entry before the first looked, and the first's launch would be a hit */
+    if (!lost_wait(&lost_evict_go) || tu.cuCtxSetCurrent(two_dv[0].ctx) != CUDA_SUCCESS ||
         cupool_capture_launch(lost_key, lost_s2, lost_add_one, NULL, 0) != CUDA_SUCCESS ||
         tu.cuStreamSynchronize(lost_s2) != CUDA_SUCCESS)
         thread_errors++;
@@ -2638,11 +2656,19 @@ static void *lost_second(void *arg)
 static void *lost_evicter(void *arg)
 {
     (void)arg;
-    while (!atomic_load_explicit(&lost_evict_go, memory_order_acquire))
-        sched_yield();
+    if (!lost_wait(&lost_evict_go))
+        return NULL;
     /* until the first's failed instantiation (the second's, the first's, the failed one) */
-    while (tu_fake.calls("cuGraphInstantiateWithParams") < lost_inst_calls + 3)
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (tu_fake.calls("cuGraphInstantiateWithParams") < lost_inst_calls + 3) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 20) {
+            thread_errors++;
+            return NULL;
+        }
         sched_yield();
+    }
     struct timespec nap = {0, 50000000};
     nanosleep(&nap, NULL); /* the first is back from its launch by now */
     if (tu.cuCtxSetCurrent(two_dv[1].ctx) != CUDA_SUCCESS)
