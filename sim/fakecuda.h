@@ -88,6 +88,9 @@
  *   FAKECUDA_DRIVER_VERSION=N     what cuDriverGetVersion reports (default 13000)
  *   FAKECUDA_HIDE=name[,name...]  cuGetProcAddress reports these base names as not found
  *   FAKECUDA_TEARDOWN_AT_EXIT=1   see fakecuda_teardown()
+ *   FAKECUDA_DESTROY_WAITS=1      cuGraphExecDestroy of an exec with launches still queued
+ *                                 waits until they have run (read at each such destroy; see
+ *                                 fakecuda_exec_destroy_waits())
  * The control functions below are exported by fakecuda.so; tests reach them with dlsym()
  * on the driver library, so the same tests run against the real driver (where they are absent).
  */
