@@ -166,9 +166,11 @@ static struct {
     CUresult err;
 } ring;
 
+/* The releasing thread; arg: a context to make current first (NULL: none). */
 static void *consumer(void *arg)
 {
-    (void)arg;
+    if (arg && tu.cuCtxSetCurrent((CUcontext)arg) != CUDA_SUCCESS)
+        ring.err = CUDA_ERROR_INVALID_CONTEXT;
     for (long n = 0; n < ring.total; n++) {
         unsigned long t = atomic_load_explicit(&ring.tail, memory_order_relaxed);
         while (atomic_load_explicit(&ring.head, memory_order_acquire) == t)
@@ -182,22 +184,41 @@ static void *consumer(void *arg)
     return NULL;
 }
 
-static void handoff(long total)
+/* `total` hand-offs through the ring. With ctx (two devices' contexts), this thread acquires
+ * on each device in turn, 64 in a row with that device current, and checks each stream's
+ * context; the consumer releases everything with ctx[1] current. */
+static void handoff_on(long total, const CUcontext *ctx)
 {
     ring.total = total;
     atomic_store(&ring.head, 0);
     atomic_store(&ring.tail, 0);
     pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, consumer, NULL), 0);
+    ck_assert_int_eq(pthread_create(&t, NULL, consumer, ctx ? (void *)ctx[1] : NULL), 0);
     for (long n = 0; n < total; n++) {
         unsigned long h = atomic_load_explicit(&ring.head, memory_order_relaxed);
         while (h - atomic_load_explicit(&ring.tail, memory_order_acquire) >= RING)
             sched_yield();
-        TU_OK(cupool_stream_acquire(&ring.slot[h % RING], CU_STREAM_NON_BLOCKING, 0));
+        int d = (int)(n / 64 % 2);
+        if (ctx && n % 64 == 0)
+            TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        CUstream s;
+        TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
+        if (ctx) {
+            CUcontext owner = NULL;
+            TU_OK(tu.cuStreamGetCtx(s, &owner));
+            ck_assert_msg(owner == ctx[d], "hand-off %ld: device %d got a stream of %p", n, d,
+                          (void *)owner);
+        }
+        ring.slot[h % RING] = s;
         atomic_store_explicit(&ring.head, h + 1, memory_order_release);
     }
     pthread_join(t, NULL);
     TU_OK(ring.err);
+}
+
+static void handoff(long total)
+{
+    handoff_on(total, NULL);
 }
 
 START_TEST(handoff_reaches_a_steady_state)
@@ -804,26 +825,10 @@ END_TEST
 
 static CUcontext dctx[2];
 
-/* Two devices' primary contexts into dctx (device 0's current, as tu_setup leaves it), or 0
- * after saying why where the driver has one device only (a real host with one GPU). The
- * simulated driver is given two (FAKECUDA_DEVICES, read at cuInit: set before the setup). */
+/* Two devices' primary contexts into dctx (tu_two_devices), or 0. */
 static int two_devices(const char *test)
 {
-    int count = 0;
-    TU_OK(tu.cuDeviceGetCount(&count));
-    if (count < 2) {
-        /* the simulated driver models two (FAKECUDA_DEVICES=2, set before the setup) */
-        ck_assert_msg(tu_real(), "the simulated driver shows %d device(s), not 2", count);
-        printf("%s: one device only; needs two (not run)\n", test);
-        return 0;
-    }
-    for (int d = 0; d < 2; d++) {
-        CUdevice dev;
-        TU_OK(tu.cuDeviceGet(&dev, d));
-        TU_OK(tu.cuDevicePrimaryCtxRetain(&dctx[d], dev));
-    }
-    TU_OK(tu.cuCtxSetCurrent(dctx[0]));
-    return 1;
+    return tu_two_devices(test, dctx);
 }
 
 /* The statistics of the live class of (kind, flags) whose context is ctx, or fails. */
@@ -945,62 +950,6 @@ START_TEST(two_devices_grow_each_class_on_the_maintenance_thread)
 }
 END_TEST
 
-/* Hand-off across devices: the producer (this thread) acquires on each device in turn, with
- * that device current; the consumer releases everything with device 1 current. */
-static struct {
-    CUstream slot[RING];
-    _Atomic unsigned long head, tail;
-    long total;
-    unsigned long consumer_calls;
-    CUresult err;
-} xring;
-
-static void *xconsumer(void *arg)
-{
-    (void)arg;
-    CUresult r = tu.cuCtxSetCurrent(dctx[1]);
-    if (r != CUDA_SUCCESS)
-        xring.err = r;
-    for (long n = 0; n < xring.total; n++) {
-        unsigned long t = atomic_load_explicit(&xring.tail, memory_order_relaxed);
-        while (atomic_load_explicit(&xring.head, memory_order_acquire) == t)
-            sched_yield();
-        r = cupool_stream_release(xring.slot[t % RING]);
-        if (r != CUDA_SUCCESS)
-            xring.err = r;
-        atomic_store_explicit(&xring.tail, t + 1, memory_order_release);
-    }
-    xring.consumer_calls = here_calls();
-    return NULL;
-}
-
-static void xhandoff(long total)
-{
-    xring.total = total;
-    atomic_store(&xring.head, 0);
-    atomic_store(&xring.tail, 0);
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, xconsumer, NULL), 0);
-    for (long n = 0; n < total; n++) {
-        unsigned long h = atomic_load_explicit(&xring.head, memory_order_relaxed);
-        while (h - atomic_load_explicit(&xring.tail, memory_order_acquire) >= RING)
-            sched_yield();
-        int d = (int)(n / 64 % 2); /* 64 in a row on each device, in turn */
-        if (n % 64 == 0)
-            TU_OK(tu.cuCtxSetCurrent(dctx[d]));
-        CUstream s;
-        TU_OK(cupool_stream_acquire(&s, CU_STREAM_NON_BLOCKING, 0));
-        CUcontext owner = NULL;
-        TU_OK(tu.cuStreamGetCtx(s, &owner));
-        ck_assert_msg(owner == dctx[d], "hand-off %ld: device %d got a stream of %p", n, d,
-                      (void *)owner);
-        xring.slot[h % RING] = s;
-        atomic_store_explicit(&xring.head, h + 1, memory_order_release);
-    }
-    pthread_join(t, NULL);
-    TU_OK(xring.err);
-}
-
 START_TEST(two_devices_handoff_reaches_a_steady_state)
 {
     setenv("FAKECUDA_DEVICES", "2", 1);
@@ -1009,13 +958,13 @@ START_TEST(two_devices_handoff_reaches_a_steady_state)
         return;
     /* each class has at most RING in flight, and the consumer's two magazines of it */
     const uint64_t bound = RING + 2 * 16 + 1;
-    xhandoff(8 * RING);
+    handoff_on(8 * RING, dctx);
     uint64_t c0[2];
     for (int d = 0; d < 2; d++) {
         c0[d] = ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING).creates;
         ck_assert_uint_le(c0[d], bound);
     }
-    xhandoff(32 * RING);
+    handoff_on(32 * RING, dctx);
     for (int d = 0; d < 2; d++) {
         cupool_class_stats_t st = ctx_stats(dctx[d], CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
         ck_assert_uint_le(st.creates, bound);
@@ -1024,7 +973,7 @@ START_TEST(two_devices_handoff_reaches_a_steady_state)
         printf("two devices, hand-off: device %d: %llu streams (%llu after warm-up)\n", d,
                (unsigned long long)st.creates, (unsigned long long)c0[d]);
     }
-    ck_assert_uint_eq(xring.consumer_calls, 0); /* the releasing thread never calls the driver */
+    ck_assert_uint_eq(ring.consumer_calls, 0); /* the releasing thread never calls the driver */
     ck_assert_uint_eq(mstats().request_destroys, 0);
 }
 END_TEST

@@ -2200,18 +2200,11 @@ static int two_devices(struct dev_side dv[2], const char *test)
 {
     setenv("FAKECUDA_DEVICES", "2", 1);
     tu_setup();
-    int count = 0;
-    TU_OK(tu.cuDeviceGetCount(&count));
-    if (count < 2) {
-        /* the simulated driver models two (FAKECUDA_DEVICES=2, set before the setup) */
-        ck_assert_msg(tu_real(), "the simulated driver shows %d device(s), not 2", count);
-        printf("%s: one device only; needs two (not run)\n", test);
+    CUcontext ctx[2];
+    if (!tu_two_devices(test, ctx))
         return 0;
-    }
     for (int d = 0; d < 2; d++) {
-        CUdevice dev;
-        TU_OK(tu.cuDeviceGet(&dev, d));
-        TU_OK(tu.cuDevicePrimaryCtxRetain(&dv[d].ctx, dev));
+        dv[d].ctx = ctx[d];
         TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
         tu_load_kernels(&dv[d].k);
         TU_OK(tu.cuStreamCreate(&dv[d].s, CU_STREAM_NON_BLOCKING));

@@ -183,6 +183,26 @@ void tu_launch1(CUfunction f, CUstream s, void **args)
     TU_OK(tu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
 }
 
+int tu_two_devices(const char *test, CUcontext ctx[2])
+{
+    int count = 0;
+    TU_OK(tu.cuDeviceGetCount(&count));
+    if (count < 2) {
+        ck_assert_msg(tu_real(), "%s: the simulated driver shows %d device(s), not 2", test,
+                      count);
+        printf("%s: one device only; needs two (not run)\n", test);
+        return 0;
+    }
+    for (int d = 0; ctx && d < 2; d++) {
+        CUdevice dev;
+        TU_OK(tu.cuDeviceGet(&dev, d));
+        TU_OK(tu.cuDevicePrimaryCtxRetain(&ctx[d], dev));
+    }
+    if (ctx)
+        TU_OK(tu.cuCtxSetCurrent(ctx[0]));
+    return 1;
+}
+
 cupool_class_stats_t tu_stats(cupool_kind_t kind, unsigned int flags)
 {
     cupool_class_stats_t st[64] = {CUPOOL_CLASS_STATS_INIT};

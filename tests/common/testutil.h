@@ -137,6 +137,12 @@ static inline unsigned tu_cluster_rank_of(unsigned b, unsigned cx)
 }
 void tu_launch1(CUfunction f, CUstream s, void **args);
 
+/* For a test of two devices, after tu_setup() (with FAKECUDA_DEVICES=2 set before it, so that
+ * the simulated driver models two): both devices' primary contexts into ctx (may be NULL),
+ * device 0's current, and 1. With fewer devices: on the real driver (a host with one GPU) says
+ * "<test>: one device only; needs two (not run)" and returns 0, and the test checks nothing;
+ * on the simulated driver fails the test. */
+int tu_two_devices(const char *test, CUcontext ctx[2]);
 /* Statistics of the first class matching kind/flags (priority ignored), or fails the test. */
 cupool_class_stats_t tu_stats(cupool_kind_t kind, unsigned int flags);
 /* Number of classes. */

@@ -110,21 +110,12 @@ START_TEST(handles_never_cross_devices)
 {
     setenv("FAKECUDA_DEVICES", "2", 1); /* the simulated driver: two devices */
     tu_setup();
-    int count = 0;
-    TU_OK(tu.cuDeviceGetCount(&count));
-    if (count < 2) {
-        /* the simulated driver models two (FAKECUDA_DEVICES=2, set before the setup) */
-        ck_assert_msg(tu_real(), "the simulated driver shows %d device(s), not 2", count);
-        printf("handles_never_cross_devices: one device only; needs two (not run)\n");
-        return;
-    }
     CUcontext ctx[2];
-    CUdevice dev[2];
+    if (!tu_two_devices("handles_never_cross_devices", ctx))
+        return;
     struct tu_kernels k[2];
     CUdeviceptr mem[2];
     for (int d = 0; d < 2; d++) {
-        TU_OK(tu.cuDeviceGet(&dev[d], d));
-        TU_OK(tu.cuDevicePrimaryCtxRetain(&ctx[d], dev[d]));
         TU_OK(tu.cuCtxSetCurrent(ctx[d]));
         tu_load_kernels(&k[d]);
         TU_OK(tu.cuMemAlloc(&mem[d], 3 * 4)); /* one counter per stream of a round */
@@ -201,24 +192,15 @@ START_TEST(events_released_on_the_other_device_serve_a_cross_device_pipeline)
 {
     setenv("FAKECUDA_DEVICES", "2", 1); /* the simulated driver: two devices */
     tu_setup();
-    int count = 0;
-    TU_OK(tu.cuDeviceGetCount(&count));
-    if (count < 2) {
-        /* the simulated driver models two (FAKECUDA_DEVICES=2, set before the setup) */
-        ck_assert_msg(tu_real(), "the simulated driver shows %d device(s), not 2", count);
-        printf("events_released_on_the_other_device_serve_a_cross_device_pipeline: one device "
-               "only; needs two (not run)\n");
-        return;
-    }
-    enum { ROUNDS = 200 };
     CUcontext ctx[2];
+    if (!tu_two_devices("events_released_on_the_other_device_serve_a_cross_device_pipeline",
+                        ctx))
+        return;
+    enum { ROUNDS = 200 };
     struct tu_kernels k[2];
     CUdeviceptr mem[2];
     CUstream s[2];
     for (int d = 0; d < 2; d++) {
-        CUdevice dev;
-        TU_OK(tu.cuDeviceGet(&dev, d));
-        TU_OK(tu.cuDevicePrimaryCtxRetain(&ctx[d], dev));
         TU_OK(tu.cuCtxSetCurrent(ctx[d]));
         tu_load_kernels(&k[d]);
         TU_OK(tu.cuMemAlloc(&mem[d], 4));
