@@ -585,11 +585,11 @@ struct counts {
     uint64_t creates, destroys, req_creates, req_destroys, bg_creates, bg_destroys;
 };
 
-static void counts_now(struct counts *c)
+/* Every class's statistics, in an array of *n the caller frees. */
+static cupool_class_stats_t *class_stats_all(size_t *np)
 {
     size_t n = 0, cap = 0;
     cupool_class_stats_t *st = NULL;
-    memset(c, 0, sizeof *c);
     for (;;) {
         MCHECK(cupool_stats_get(st, cap, &n));
         if (n <= cap)
@@ -603,6 +603,15 @@ static void counts_now(struct counts *c)
         }
         st[0].size = sizeof *st; /* the array's element size */
     }
+    *np = n;
+    return st;
+}
+
+static void counts_now(struct counts *c)
+{
+    size_t n = 0;
+    cupool_class_stats_t *st = class_stats_all(&n);
+    memset(c, 0, sizeof *c);
     for (size_t i = 0; i < n; i++) {
         c->creates += st[i].creates;
         c->destroys += st[i].destroys;
@@ -1691,15 +1700,9 @@ static void wl_burst(void)
 static int stream_class_exists(unsigned int flags, int priority)
 {
     size_t n = 0;
-    MCHECK(cupool_stats_get(NULL, 0, &n));
-    size_t cap = n + 16;
-    cupool_class_stats_t *st = calloc(cap, sizeof *st);
-    if (!st)
-        exit(1);
-    st[0].size = sizeof *st; /* the array's element size */
-    MCHECK(cupool_stats_get(st, cap, &n));
+    cupool_class_stats_t *st = class_stats_all(&n);
     int found = 0;
-    for (size_t i = 0; i < n && i < cap; i++)
+    for (size_t i = 0; i < n; i++)
         found |= st[i].kind == CUPOOL_KIND_STREAM && st[i].context_id == ctx_id &&
                  st[i].flags == flags && st[i].priority == priority && st[i].context_alive;
     free(st);
@@ -2613,21 +2616,8 @@ static void dev_current(int k)
  * context id). */
 static void dev_counts_now(int nd, uint64_t *cre, uint64_t *des)
 {
-    size_t n = 0, cap = 0;
-    cupool_class_stats_t *st = NULL;
-    for (;;) {
-        MCHECK(cupool_stats_get(st, cap, &n));
-        if (n <= cap)
-            break;
-        free(st);
-        cap = n + 16;
-        st = calloc(cap, sizeof *st);
-        if (!st) {
-            fprintf(stderr, "cupool-bench workloads: out of memory\n");
-            exit(1);
-        }
-        st[0].size = sizeof *st;
-    }
+    size_t n = 0;
+    cupool_class_stats_t *st = class_stats_all(&n);
     for (int k = 0; k < nd; k++) {
         cre[k] = des[k] = 0;
         for (size_t i = 0; i < n; i++)
