@@ -2293,6 +2293,18 @@ static void devices_sum_to_the_totals(void)
     ck_assert_uint_eq(sum.claims_locked, all.claims_locked);
 }
 
+/* After a trim: each device evicted `evictions` entries in all and holds nothing. */
+static void devices_trimmed_to_nothing(uint64_t evictions)
+{
+    for (int d = 0; d < 2; d++) {
+        cupool_graph_stats_t g = dstats(d);
+        ck_assert_uint_eq(g.evictions, evictions);
+        ck_assert_uint_eq(g.entries, 0);
+        ck_assert_uint_eq(g.execs, 0);
+        ck_assert_uint_eq(g.bytes, 0);
+    }
+}
+
 /* The same structures launched with each device current on a stream of its own, interleaved:
  * one pipeline described for each device in turn (signature A) and a pipeline per device
  * (signature B). The cache holds an entry per (device, signature) at once; every launch runs
@@ -2359,13 +2371,7 @@ START_TEST(two_devices_side_by_side_in_the_cache)
     /* a trim evicts each device's entries, counted on its device; the next launches miss
      * again, each on its device */
     TU_OK(cupool_trim());
-    for (int d = 0; d < 2; d++) {
-        cupool_graph_stats_t g = dstats(d);
-        ck_assert_uint_eq(g.evictions, 2);
-        ck_assert_uint_eq(g.entries, 0);
-        ck_assert_uint_eq(g.execs, 0);
-        ck_assert_uint_eq(g.bytes, 0);
-    }
+    devices_trimmed_to_nothing(2);
     for (int d = 0; d < 2; d++) {
         TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
         fill_dev_a(a, &dv[d], 7);
@@ -2568,13 +2574,7 @@ START_TEST(two_devices_every_path_counts_on_its_device)
     } else {
         TU_OK(cupool_trim());
     }
-    for (int d = 0; d < 2; d++) {
-        cupool_graph_stats_t g = dstats(d);
-        ck_assert_uint_eq(g.evictions, 2);
-        ck_assert_uint_eq(g.entries, 0);
-        ck_assert_uint_eq(g.execs, 0);
-        ck_assert_uint_eq(g.bytes, 0);
-    }
+    devices_trimmed_to_nothing(2);
     cupool_graph_stats_t all = gstats();
     ck_assert_uint_eq(all.entries, 0);
     ck_assert_uint_eq(all.execs, 0);
