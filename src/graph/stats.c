@@ -21,17 +21,27 @@
 #include <sched.h>
 #include <string.h>
 
-CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
+/* The checks both statistics calls make before reading anything: CUDA_SUCCESS or the error
+ * they return (fn: the caller's name, for the message). */
+static CUresult stats_call_check(const char *fn, const cupool_graph_stats_t *out)
 {
     if (cupool__forked()) /* the cache lock may be held by a parent's thread */
         return cupool__enter();
     if (!out)
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "cupool_graph_stats_get: stats is NULL");
+        return cupool__fail(CUDA_ERROR_INVALID_VALUE, "%s: stats is NULL", fn);
     if (cupool__stats_size(out) < CUPOOL_GRAPH_STATS_SIZE_V1)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            "cupool_graph_stats_get: stats->size is %zu, below the %zu bytes of "
-                            "the first cupool_graph_stats_t (set it to sizeof)",
-                            cupool__stats_size(out), (size_t)CUPOOL_GRAPH_STATS_SIZE_V1);
+                            "%s: stats->size is %zu, below the %zu bytes of the first "
+                            "cupool_graph_stats_t (set it to sizeof)",
+                            fn, cupool__stats_size(out), (size_t)CUPOOL_GRAPH_STATS_SIZE_V1);
+    return CUDA_SUCCESS;
+}
+
+CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
+{
+    CUresult r = stats_call_check("cupool_graph_stats_get", out);
+    if (r != CUDA_SUCCESS)
+        return r;
     cupool_graph_stats_t full, *stats = &full; /* filled whole, then the caller's prefix */
     memset(stats, 0, sizeof(*stats));
     stats->eager_launches = atomic_load_explicit(&cupool__st_eager, CUPOOL_RELAXED);
@@ -81,16 +91,9 @@ CUresult cupool_graph_stats_get(cupool_graph_stats_t *out)
 
 CUresult cupool_graph_stats_device_get(int device, cupool_graph_stats_t *out)
 {
-    if (cupool__forked()) /* the cache lock may be held by a parent's thread */
-        return cupool__enter();
-    if (!out)
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            "cupool_graph_stats_device_get: stats is NULL");
-    if (cupool__stats_size(out) < CUPOOL_GRAPH_STATS_SIZE_V1)
-        return cupool__fail(CUDA_ERROR_INVALID_VALUE,
-                            "cupool_graph_stats_device_get: stats->size is %zu, below the %zu "
-                            "bytes of the first cupool_graph_stats_t (set it to sizeof)",
-                            cupool__stats_size(out), (size_t)CUPOOL_GRAPH_STATS_SIZE_V1);
+    CUresult r = stats_call_check("cupool_graph_stats_device_get", out);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (device < 0 || device >= CUPOOL_STATS_DEVICES)
         return cupool__fail(CUDA_ERROR_INVALID_VALUE,
                             "cupool_graph_stats_device_get: device %d is not an ordinal from 0 "
