@@ -156,12 +156,14 @@ void cupool__exec_struct_put_locked(struct gexec *x)
     pthread_mutex_unlock(&cupool__cache_lock);
 }
 
-size_t cupool__exec_bytes(const struct gentry *e, const struct gexec *x)
+/* The bytes the cache counts for x as it adds it (cache lock held), kept in x->counted_bytes
+ * for its free to take away: the estimate is added and taken away whole, though the snapshot
+ * may grow and a capture's fingerprint (60 bytes a kernel, left out) change size meanwhile. */
+size_t cupool__exec_bytes(const struct gentry *e, struct gexec *x)
 {
-    /* (a capture's fingerprint, 60 bytes a kernel, is left out: it may change size while the
-     * exec is cached, and the estimate is added and taken away whole) */
-    return sizeof(*x) + x->snap_cap * sizeof(struct pnode) + x->snap_acap +
-           (size_t)e->n * DRIVER_BYTES_PER_NODE;
+    x->counted_bytes = sizeof(*x) + x->snap_cap * sizeof(struct pnode) + x->snap_acap +
+                       (size_t)e->n * DRIVER_BYTES_PER_NODE;
+    return x->counted_bytes;
 }
 
 /* ---- launch attributes an update does not apply ----

@@ -276,6 +276,10 @@ struct gexec {
     struct pnode *snap; /* the parameters of its last launch (or of the template) */
     unsigned char *snap_args;
     size_t snap_cap, snap_acap, snap_alen;
+    /* the bytes the cache counted for it when it was added (cupool__exec_bytes), taken away
+     * whole when it is freed: its snapshot may grow meanwhile (a pipeline of the same
+     * signature with longer arguments, once cupool_trim() has dropped a changed layout) */
+    size_t counted_bytes;
     /* of an exec of a capture: the launch attributes of its kernel nodes that an update does
      * not change (graph_fingerprint); fp_known false when they could not be read */
     uint32_t *fp;
@@ -439,7 +443,7 @@ int cupool__entry_ctx_state(const struct gentry *e);
 struct gentry *cupool__entry_struct_get(void);
 void cupool__entry_struct_put(struct gentry *e);
 void cupool__entry_struct_put_locked(struct gentry *e);
-size_t cupool__exec_bytes(const struct gentry *e, const struct gexec *x);
+size_t cupool__exec_bytes(const struct gentry *e, struct gexec *x);
 void cupool__exec_fp_set(struct gexec *x, uint32_t *fp, size_t n, bool known);
 struct gexec *cupool__exec_struct_get(void);
 void cupool__exec_struct_put(struct gexec *x);

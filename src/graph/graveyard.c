@@ -207,7 +207,7 @@ void cupool__exec_free(struct gentry *e, struct gexec *x, bool alive)
         if (!grave_destroy(&g)) /* no memory for a grave: now, under the lock (rare) */
             grave_lost("a graph exec");
     }
-    size_t bytes = cupool__exec_bytes(e, x);
+    size_t bytes = x->counted_bytes; /* what its add counted (cupool__exec_bytes) */
     cupool__cache_bytes -= bytes;
     cupool__cache_execs--;
     cupool__st_dev[e->dev].bytes -= bytes;

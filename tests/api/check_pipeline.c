@@ -1787,6 +1787,67 @@ START_TEST(refill_detects_every_argument_byte_of_a_wide_kernel)
 }
 END_TEST
 
+/* A kernel whose layout changes under the same name (and so the same CUfunction): two
+ * parameters (the counter, a 64-bit addend), then, re-registered, one (the counter, plus 1). */
+static void k_relayout2(void **args, const unsigned int grid[3], const unsigned int block[3])
+{
+    (void)grid, (void)block;
+    uint64_t ptr, add;
+    memcpy(&ptr, args[0], 8);
+    memcpy(&add, args[1], 8);
+    *(unsigned *)(uintptr_t)ptr += (unsigned)add;
+}
+
+static void k_relayout1(void **args, const unsigned int grid[3], const unsigned int block[3])
+{
+    (void)grid, (void)block;
+    uint64_t ptr;
+    memcpy(&ptr, args[0], 8);
+    *(unsigned *)(uintptr_t)ptr += 1;
+}
+
+/* The cache's bytes are added and taken away whole: an exec's snapshot that grows while it is
+ * cached (a pipeline whose arguments are longer than the entry's first exec took, for the same
+ * signature: here a pipeline described before cupool_trim() dropped the layout of a function
+ * whose layout then changed, launched after one described with the new layout) leaves the
+ * bytes at 0, on the whole cache and on its device, once everything is trimmed. */
+START_TEST(grown_snapshot_keeps_the_bytes_exact)
+{
+    static const size_t two[2] = {8, 8}, one[1] = {8};
+    ck_assert_int_eq(tu_fake.register_kernel("relayout", 2, two, k_relayout2), 0);
+    CUfunction f;
+    TU_OK(tu.cuModuleGetFunction(&f, k.module, "relayout"));
+    CUdeviceptr ptr = mem + 4 * 5;
+    uint64_t add = 10;
+    cupool_pipeline_t a, b;
+    TU_OK(cupool_pipeline_create(&a));
+    TU_OK(cupool_pipeline_create(&b));
+    TU_OK(cupool_pipeline_kernel(a, f, 1, 1, 1, 1, 1, 1, 0, (void *[]){&ptr, &add}, NULL));
+    TU_OK(cupool_pipeline_launch(a, s1)); /* a: 16 bytes of arguments */
+    TU_OK(tu.cuCtxSynchronize());
+    TU_OK(cupool_trim());
+    ck_assert_int_eq(tu_fake.register_kernel("relayout", 1, one, k_relayout1), 0);
+    TU_OK(cupool_pipeline_kernel(b, f, 1, 1, 1, 1, 1, 1, 0, (void *[]){&ptr}, NULL));
+    TU_OK(cupool_pipeline_launch(b, s1)); /* b: 8 bytes, the same signature: a new entry */
+    TU_OK(cupool_pipeline_launch(a, s1)); /* a hits b's entry: its exec's snapshot grows */
+    TU_OK(cupool_pipeline_launch(b, s1));
+    TU_OK(tu.cuCtxSynchronize());
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.misses, 2);
+    TU_OK(cupool_trim());
+    st = gstats();
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.execs, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+    cupool_graph_stats_t d = CUPOOL_GRAPH_STATS_INIT;
+    TU_OK(cupool_graph_stats_device_get(tu_dev, &d));
+    ck_assert_uint_eq(d.bytes, 0);
+    TU_OK(cupool_pipeline_destroy(a));
+    TU_OK(cupool_pipeline_destroy(b));
+}
+END_TEST
+
 START_TEST(launch_attributes_reach_the_kernel)
 {
     launch_attributes_reach(1);
@@ -2794,6 +2855,7 @@ int main(void)
         tcase_add_test(sim, failed_capture_end_never_leaves_the_stream_capturing);
         tcase_add_test(sim, launch_attributes_reach_the_kernel);
         tcase_add_test(sim, refill_detects_every_argument_byte_of_a_wide_kernel);
+        tcase_add_test(sim, grown_snapshot_keeps_the_bytes_exact);
         tcase_add_test(sim, new_execs_uploaded_at_instantiation);
         tcase_add_test(sim, refused_instantiation_names_its_result);
         tcase_add_test(sim, each_update_refusal_counted_exactly);
