@@ -978,6 +978,75 @@ START_TEST(two_devices_handoff_reaches_a_steady_state)
 }
 END_TEST
 
+/* Events of device 0 released with device 1 current sit idle in device 0's class (the
+ * thread's magazine, then the depot); device 0's primary context is then reset: an acquire
+ * with device 0's new context current never hands out one of the old context's events (the
+ * simulated driver aborts on a call on one), nor does the maintenance thread or a trim touch
+ * them; device 1's events serve on throughout. */
+START_TEST(events_released_on_the_other_device_survive_a_reset_of_their_own)
+{
+    setenv("FAKECUDA_DEVICES", "2", 1); /* the simulated driver: two devices */
+    setenv("CUPOOL_MAGAZINE_SIZE", "2", 1);
+    setup_decay("1000");
+    if (!two_devices("events_released_on_the_other_device_survive_a_reset_of_their_own"))
+        return;
+    CUcontext *ctx = dctx;
+    enum { N = 9 };
+    CUstream s[2];
+    CUevent e[2][N];
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        TU_OK(tu.cuStreamCreate(&s[d], CU_STREAM_NON_BLOCKING));
+        for (int i = 0; i < N; i++) {
+            TU_OK(cupool_event_acquire(&e[d][i], CU_EVENT_DISABLE_TIMING));
+            TU_OK(tu.cuEventRecord(e[d][i], s[d]));
+        }
+        TU_OK(tu.cuStreamSynchronize(s[d]));
+    }
+    TU_OK(tu.cuCtxSetCurrent(ctx[1]));
+    for (int d = 0; d < 2; d++)
+        for (int i = 0; i < N; i++)
+            TU_OK(cupool_event_release(e[d][i]));
+    /* device 0's primary context reset with device 1 current, all its references dropped */
+    CUdevice dev0;
+    TU_OK(tu.cuDeviceGet(&dev0, 0));
+    TU_OK(tu.cuStreamDestroy(s[1]));
+    TU_OK(tu.cuStreamCreate(&s[1], CU_STREAM_NON_BLOCKING));
+    TU_OK(tu.cuDevicePrimaryCtxReset(dev0));
+    CUcontext again;
+    TU_OK(tu.cuDevicePrimaryCtxRetain(&again, dev0));
+    ck_assert_ptr_eq(again, ctx[0]); /* the same pointer, a new id */
+    for (int round = 0; round < 3; round++) {
+        for (int d = 0; d < 2; d++) {
+            TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+            if (d == 0 && round == 0)
+                TU_OK(tu.cuStreamCreate(&s[0], CU_STREAM_NON_BLOCKING));
+            for (int i = 0; i < N; i++) {
+                TU_OK(cupool_event_acquire(&e[d][i], CU_EVENT_DISABLE_TIMING));
+                TU_OK(tu.cuEventRecord(e[d][i], s[d])); /* fails for another context's event */
+            }
+            TU_OK(tu.cuStreamSynchronize(s[d]));
+        }
+        TU_OK(tu.cuCtxSetCurrent(ctx[1 - round % 2]));
+        for (int d = 0; d < 2; d++)
+            for (int i = 0; i < N; i++)
+                TU_OK(cupool_event_release(e[d][i]));
+        for (int t = 0; t < 5; t++)
+            tick(); /* the maintenance thread decays both classes */
+    }
+    TU_OK(cupool_trim());
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(ctx[d]));
+        TU_OK(tu.cuStreamDestroy(s[d]));
+    }
+    cupool_class_stats_t st[8] = {CUPOOL_CLASS_STATS_INIT};
+    size_t n = 0;
+    TU_OK(cupool_stats_get(st, 8, &n));
+    for (size_t i = 0; i < n && i < 8; i++)
+        ck_assert_int_eq(st[i].context_alive, 1); /* the old context's class reclaimed */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("maint");
@@ -1011,6 +1080,7 @@ int main(void)
     tcase_add_test(tc, two_devices_decay_each_class_off_request_threads);
     tcase_add_test(tc, two_devices_grow_each_class_on_the_maintenance_thread);
     tcase_add_test(tc, two_devices_handoff_reaches_a_steady_state);
+    tcase_add_test(tc, events_released_on_the_other_device_survive_a_reset_of_their_own);
     suite_add_tcase(s, tc);
     return tu_run(s);
 }
