@@ -459,7 +459,7 @@ static int class_device(const struct cupool__class_ops *ops, CUcontext ctx,
     if (!cupool__drv.cuCtxGetDevice)
         return -1;
     struct cupool__class probe = {.ctx = ctx, .ctx_id = ctx_id, .ops = ops, .alive = 1};
-    struct ctx_guard g = {false, NULL};
+    struct ctx_guard g = {false, NULL, NULL};
     if (!ctx_current && cupool__ctx_enter(&probe, &g) != CUDA_SUCCESS)
         return -1;
     CUdevice dev = -1;
@@ -487,7 +487,7 @@ CUresult cupool__class_get(const struct cupool__class_ops *ops, CUcontext ctx,
             return r;
     } else if (ops->kind == CUPOOL_KIND_STREAM) {
         struct cupool__class probe = {.ctx = ctx, .ctx_id = ctx_id, .ops = ops, .alive = 1};
-        struct ctx_guard g = {false, NULL};
+        struct ctx_guard g = {false, NULL, NULL};
         if ((r = cupool__ctx_enter(&probe, &g)) != CUDA_SUCCESS)
             return r;
         r = cupool__stream_priority_clamp(priority, &clamped);

@@ -429,6 +429,7 @@ CUresult cupool__ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cuCtxPushCurrent(context %llu) failed", cls->ctx_id);
     g->pushed = true;
+    g->ctx = cls->ctx;
     return CUDA_SUCCESS;
 }
 
@@ -440,7 +441,20 @@ void cupool__ctx_leave(const struct ctx_guard *g)
     CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped));
     if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
         return; /* popped; or exit or unload began: the driver is not called any more */
-    /* The pop failed: put the caller's context back by other means. */
+    /* The pop failed. Failed with no effect (a passing error), the push is still on top: popped
+     * again, so that the caller's stack is as it was (a cuCtxSetCurrent over the push would
+     * leave it a level deeper: the caller's own pop would find its context a second time). A
+     * pop that took effect and said otherwise leaves prev on top: nothing to do. (Where prev is
+     * g->ctx itself, pushed after a passing error of the cuCtxGetId above, the two cannot be
+     * told apart: the stack may stay a level deeper, as before.) */
+    CUcontext cur = NULL;
+    if (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&cur)) == CUDA_SUCCESS) {
+        if (cur == g->prev)
+            return;
+        if (cur == g->ctx && CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) == CUDA_SUCCESS)
+            return;
+    }
+    /* else the caller's context back on top by other means */
     if (CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(g->prev)) != CUDA_SUCCESS)
         cupool__log(CUPOOL_LOG_WARN,
                     "could not restore the caller's current context after a "
@@ -451,7 +465,7 @@ void cupool__ctx_leave(const struct ctx_guard *g)
 CUresult cupool__handle_create(struct cupool__class *cls, bool ctx_current, uint32_t state,
                                struct cupool__handle **out)
 {
-    struct ctx_guard g = {false, NULL};
+    struct ctx_guard g = {false, NULL, NULL};
     if (!ctx_current) {
         CUresult r = cupool__ctx_enter(cls, &g);
         if (r != CUDA_SUCCESS)

@@ -18,6 +18,7 @@ enum ctx_state { CTX_ALIVE, CTX_GONE, CTX_UNKNOWN };
 struct ctx_guard {
     bool pushed;
     CUcontext prev;
+    CUcontext ctx; /* the context pushed over prev (when pushed) */
 };
 
 extern _Atomic(struct cupool__class *) cupool__class_by_index[CUPOOL_MAX_CLASSES];

@@ -998,6 +998,32 @@ START_TEST(failed_pop_restores_callers_context)
 }
 END_TEST
 
+/* A pop that fails after a miss's push leaves the caller's context stack as it was: one
+ * level deep, the caller's context on top and the one it pushed over below (a pop of its own
+ * then finds the context under it). */
+START_TEST(failed_pop_keeps_callers_context_stack)
+{
+    CUresult (*ctx_create)(CUcontext *, void *, unsigned int, CUdevice);
+    TU_OK(cupool_driver_get_proc("cuCtxCreate", 12050, (void **)&ctx_create));
+    CUcontext other;
+    TU_OK(ctx_create(&other, NULL, 0, tu_dev)); /* pushed over tu_ctx */
+    cupool_stream_pool_t p;
+    TU_OK(cupool_stream_pool_get(&p, tu_ctx, 0, 0));
+    tu_fake.fault("cuCtxPopCurrent", 0, 1, CUDA_ERROR_UNKNOWN);
+    CUstream s;
+    TU_OK(cupool_stream_pool_acquire(p, &s)); /* a miss: created in tu_ctx, pushed and popped */
+    tu_fake.fault_clear();
+    CUcontext cur = NULL, popped = NULL;
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, other);
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    ck_assert_ptr_eq(popped, other);
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, tu_ctx); /* not `other` a second time */
+    TU_OK(cupool_stream_pool_release(p, s, 0));
+}
+END_TEST
+
 /* cupool_context_release(ctx) forgets what other threads cache of ctx: a thread whose
  * current context is still ctx (it answers with the same id until it is reset) gets a
  * handle of a new class from its next current-context acquire, never one of the retired
@@ -1158,6 +1184,7 @@ static Suite *api_suite(void)
         tcase_add_test(sim, failed_destroy_keeps_handle);
         tcase_add_test(sim, transient_capture_check_error_keeps_stream);
         tcase_add_test(sim, failed_pop_restores_callers_context);
+        tcase_add_test(sim, failed_pop_keeps_callers_context_stack);
         suite_add_tcase(s, sim);
     }
     /* These set CUPOOL_* before the first cupool call, so they run their own setup. */
