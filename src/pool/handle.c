@@ -124,6 +124,29 @@ int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err)
     return -1;
 }
 
+/* Pops `pushed`, pushed over `prev`, leaving the caller's context stack as it was; false
+ * when the caller's context could not be put back on top. A pop that fails with no effect (a
+ * passing error) leaves the push on top: popped again (a cuCtxSetCurrent over the push would
+ * leave the stack a level deeper: the caller's own pop would find its context a second time).
+ * A pop that took effect and said otherwise leaves prev on top: nothing more to do (where prev
+ * is `pushed` itself, the two cannot be told apart, and the stack may stay a level deeper).
+ * cuCtxSetCurrent(prev) is the last resort. CUDA_ERROR_DEINITIALIZED (exit or unload began):
+ * the driver is not called any more. */
+static bool ctx_pop_back(CUcontext pushed, CUcontext prev)
+{
+    CUcontext popped, cur = NULL;
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped));
+    if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
+        return true;
+    if (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&cur)) == CUDA_SUCCESS) {
+        if (cur == prev)
+            return true;
+        if (cur == pushed && CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) == CUDA_SUCCESS)
+            return true;
+    }
+    return CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(prev)) == CUDA_SUCCESS;
+}
+
 /* Is the class's context broken by a sticky error? Confirms a sticky error another call
  * returned with an independent question: cuCtxGetId(NULL) with the context current answers
  * with the context's sticky error (as on the H200, and the simulated driver) and succeeds in
@@ -138,10 +161,7 @@ bool cupool__class_ctx_broken(const struct cupool__class *cls)
         return false;
     unsigned long long id = 0;
     CUresult probe = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
-    CUcontext popped;
-    /* the caller's current context back, by other means if the pop fails */
-    if (CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) != CUDA_SUCCESS &&
-        CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(prev)) != CUDA_SUCCESS)
+    if (!ctx_pop_back(cls->ctx, prev))
         cupool__log(CUPOOL_LOG_WARN, "could not restore the caller's current context after "
                                      "probing context %llu",
                     cls->ctx_id);
@@ -435,27 +455,7 @@ CUresult cupool__ctx_enter(struct cupool__class *cls, struct ctx_guard *g)
 
 void cupool__ctx_leave(const struct ctx_guard *g)
 {
-    CUcontext popped;
-    if (!g->pushed)
-        return;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped));
-    if (r == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
-        return; /* popped; or exit or unload began: the driver is not called any more */
-    /* The pop failed. Failed with no effect (a passing error), the push is still on top: popped
-     * again, so that the caller's stack is as it was (a cuCtxSetCurrent over the push would
-     * leave it a level deeper: the caller's own pop would find its context a second time). A
-     * pop that took effect and said otherwise leaves prev on top: nothing to do. (Where prev is
-     * g->ctx itself, pushed after a passing error of the cuCtxGetId above, the two cannot be
-     * told apart: the stack may stay a level deeper, as before.) */
-    CUcontext cur = NULL;
-    if (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&cur)) == CUDA_SUCCESS) {
-        if (cur == g->prev)
-            return;
-        if (cur == g->ctx && CUPOOL_DRV(cupool__drv.cuCtxPopCurrent(&popped)) == CUDA_SUCCESS)
-            return;
-    }
-    /* else the caller's context back on top by other means */
-    if (CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(g->prev)) != CUDA_SUCCESS)
+    if (g->pushed && !ctx_pop_back(g->ctx, g->prev))
         cupool__log(CUPOOL_LOG_WARN,
                     "could not restore the caller's current context after a "
                     "pool's creation (cuCtxPopCurrent and cuCtxSetCurrent failed)");

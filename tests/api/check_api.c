@@ -1024,6 +1024,34 @@ START_TEST(failed_pop_keeps_callers_context_stack)
 }
 END_TEST
 
+/* The same for the probe that confirms a sticky error (class_ctx_broken): a stream of a
+ * broken context met on an acquire with another context pushed over it, the probe's pop
+ * failing once. */
+START_TEST(failed_pop_after_a_sticky_probe_keeps_callers_context_stack)
+{
+    CUresult (*ctx_create)(CUcontext *, void *, unsigned int, CUdevice);
+    TU_OK(cupool_driver_get_proc("cuCtxCreate", 12050, (void **)&ctx_create));
+    cupool_stream_pool_t p;
+    TU_OK(cupool_stream_pool_get(&p, tu_ctx, 0, 0));
+    CUstream s;
+    TU_OK(cupool_stream_pool_acquire(p, &s));
+    TU_OK(cupool_stream_pool_release(p, s, 0)); /* idle in tu_ctx's class */
+    CUcontext other;
+    TU_OK(ctx_create(&other, NULL, 0, tu_dev)); /* pushed over tu_ctx */
+    tu_fake.poison_context(tu_ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
+    tu_fake.fault("cuCtxPopCurrent", 0, 1, CUDA_ERROR_UNKNOWN);
+    ck_assert_int_ne(cupool_stream_pool_acquire(p, &s), CUDA_SUCCESS);
+    tu_fake.fault_clear();
+    CUcontext cur = NULL, popped = NULL;
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, other);
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    ck_assert_ptr_eq(popped, other);
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, tu_ctx); /* not `other` a second time */
+}
+END_TEST
+
 /* cupool_context_release(ctx) forgets what other threads cache of ctx: a thread whose
  * current context is still ctx (it answers with the same id until it is reset) gets a
  * handle of a new class from its next current-context acquire, never one of the retired
@@ -1185,6 +1213,7 @@ static Suite *api_suite(void)
         tcase_add_test(sim, transient_capture_check_error_keeps_stream);
         tcase_add_test(sim, failed_pop_restores_callers_context);
         tcase_add_test(sim, failed_pop_keeps_callers_context_stack);
+        tcase_add_test(sim, failed_pop_after_a_sticky_probe_keeps_callers_context_stack);
         suite_add_tcase(s, sim);
     }
     /* These set CUPOOL_* before the first cupool call, so they run their own setup. */
