@@ -5,6 +5,7 @@
  * eviction, and with CUPOOL_GRAPH_DISABLE=1.
  */
 #define _GNU_SOURCE /* setenv */
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
@@ -2797,6 +2798,83 @@ START_TEST(two_devices_failed_exec_after_a_lost_publish_counts_on_its_device)
 }
 END_TEST
 
+/* Four signatures on two devices through a cache of three entries and two execs an entry, on
+ * three streams a device, with failed instantiations, refused node updates, trims and a reset
+ * of device 1's primary context along the way: after every launch the per-device figures sum
+ * to the totals, and a final trim leaves the cache, and so every device, at zero. */
+START_TEST(two_devices_sums_survive_every_upset)
+{
+    setenv("CUPOOL_GRAPH_CACHE_ENTRIES", "3", 1);
+    setenv("CUPOOL_GRAPH_EXECS_MAX", "2", 1);
+    struct dev_side dv[2];
+    if (!two_devices(dv, "two_devices_sums_survive_every_upset"))
+        return;
+    CUstream st[2][3];
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+        for (int i = 0; i < 3; i++)
+            TU_OK(tu.cuStreamCreate(&st[d][i], CU_STREAM_NON_BLOCKING));
+    }
+    cupool_pipeline_t p[4];
+    for (int i = 0; i < 4; i++)
+        TU_OK(cupool_pipeline_create(&p[i]));
+    for (int round = 0; round < 120; round++) {
+        int d = round % 2, n = (round / 4) % 4 + 1, si = (round / 3) % 3;
+        TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+        TU_OK(cupool_pipeline_reset(p[n - 1]));
+        CUdeviceptr ptr = dv[d].mem;
+        for (int i = 0; i < n; i++) {
+            unsigned v = (unsigned)(round + i);
+            TU_OK(cupool_pipeline_kernel(p[n - 1], dv[d].k.add_u32, 1, 1, 1, 1, 1, 1, 0,
+                                         (void *[]){&ptr, &v}, NULL));
+        }
+        if (round % 5 == 1) {
+            tu_fake.fault("cuGraphInstantiate", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+            tu_fake.fault("cuGraphInstantiateWithParams", 0, 1, CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        if (round % 7 == 3)
+            tu_fake.fault("cuGraphExecKernelNodeSetParams", 0, 1, CUDA_ERROR_INVALID_VALUE);
+        (void)cupool_pipeline_launch(p[n - 1], st[d][si]);
+        tu_fake.fault_clear();
+        if (round % 40 == 39)
+            TU_OK(cupool_trim());
+        if (round == 60) { /* device 1's primary context reset, made again */
+            CUdevice dev1;
+            TU_OK(tu.cuDeviceGet(&dev1, 1));
+            TU_OK(tu.cuCtxSetCurrent(dv[1].ctx));
+            TU_OK(tu.cuCtxSynchronize());
+            TU_OK(tu.cuDevicePrimaryCtxReset(dev1));
+            TU_OK(tu.cuDevicePrimaryCtxRetain(&dv[1].ctx, dev1));
+            TU_OK(tu.cuCtxSetCurrent(dv[1].ctx));
+            tu_load_kernels(&dv[1].k);
+            TU_OK(tu.cuMemAlloc(&dv[1].mem, 4 * 4));
+            for (int i = 0; i < 3; i++)
+                TU_OK(tu.cuStreamCreate(&st[1][i], CU_STREAM_NON_BLOCKING));
+        }
+        devices_sum_to_the_totals();
+    }
+    for (int d = 0; d < 2; d++) {
+        TU_OK(tu.cuCtxSetCurrent(dv[d].ctx));
+        TU_OK(tu.cuCtxSynchronize());
+    }
+    cupool_graph_stats_t mid = gstats();
+    printf("two devices, every upset: %" PRIu64 " misses, %" PRIu64 " evictions, %" PRIu64
+           " instantiations, %" PRIu64 " update failures, %" PRIu64 " eager launches\n",
+           mid.misses, mid.evictions, mid.instantiations, mid.update_failures,
+           mid.eager_launches);
+    ck_assert_uint_gt(mid.evictions, 0);
+    ck_assert_uint_gt(mid.update_failures, 0);
+    TU_OK(cupool_trim());
+    devices_sum_to_the_totals();
+    cupool_graph_stats_t all = gstats();
+    ck_assert_uint_eq(all.entries, 0);
+    ck_assert_uint_eq(all.execs, 0);
+    ck_assert_uint_eq(all.bytes, 0);
+    for (int i = 0; i < 4; i++)
+        TU_OK(cupool_pipeline_destroy(p[i]));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pipeline");
@@ -2845,6 +2923,7 @@ int main(void)
     tcase_add_test(env, two_devices_claim_lock_free_per_thread);
     tcase_add_test(env, two_devices_every_path_counts_on_its_device);
     tcase_add_test(env, two_devices_failed_exec_after_a_lost_publish_counts_on_its_device);
+    tcase_add_test(env, two_devices_sums_survive_every_upset);
     suite_add_tcase(s, env);
     if (!tu_real()) {
         TCase *sim = tcase_create("simulated");
