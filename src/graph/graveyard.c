@@ -52,8 +52,10 @@ static void graves_count(void)
 }
 
 /* Destroys what it can of g's objects, clearing each one the driver destroyed; true when
- * nothing is left (or its context is gone: nothing to call), false when the grave must stay
- * (its context cannot be told now, or a destroy failed for a passing reason). */
+ * nothing is left (or its context is gone: nothing to call; or broken by a sticky error,
+ * confirmed: the driver destroys nothing of it any more, and the grave would be retried every
+ * millisecond for good), false when the grave must stay (its context cannot be told now, or a
+ * destroy failed for a passing reason). */
 static bool grave_destroy(struct grave *g)
 {
     CUresult err = CUDA_SUCCESS;
@@ -63,8 +65,9 @@ static bool grave_destroy(struct grave *g)
     if (st < 0)
         return false;
     /* an object is gone once destroyed, or once the driver itself is */
-#define GONE(call) ((r = CUPOOL_DRV(call)) == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED)
-    CUresult r;
+#define GONE(call) ((r = CUPOOL_DRV(call)) == CUDA_SUCCESS || r == CUDA_ERROR_DEINITIALIZED || \
+                    (failed = r, false))
+    CUresult r, failed = CUDA_SUCCESS;
     if (g->exec && GONE(cupool__drv.cuGraphExecDestroy(g->exec)))
         g->exec = NULL;
     if (g->graph && GONE(cupool__drv.cuGraphDestroy(g->graph)))
@@ -72,6 +75,8 @@ static bool grave_destroy(struct grave *g)
     if (g->done && GONE(cupool__drv.cuEventDestroy(g->done)))
         g->done = NULL;
 #undef GONE
+    if ((g->exec || g->graph || g->done) && cupool__ctx_broken_by(g->ctx, g->ctx_id, failed))
+        return true; /* as the pools forget a broken context's handles */
     if (g->exec || g->graph || g->done) {
         g->ready = true; /* what is left has been let go of: retry at the next reap */
         return false;

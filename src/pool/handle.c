@@ -147,25 +147,36 @@ static bool ctx_pop_back(CUcontext pushed, CUcontext prev)
     return CUPOOL_DRV(cupool__drv.cuCtxSetCurrent(prev)) == CUDA_SUCCESS;
 }
 
-/* Is the class's context broken by a sticky error? Confirms a sticky error another call
- * returned with an independent question: cuCtxGetId(NULL) with the context current answers
- * with the context's sticky error (as on the H200, and the simulated driver) and succeeds in
- * a healthy context. False when it cannot be shown. */
-bool cupool__class_ctx_broken(const struct cupool__class *cls)
+/* Is ctx broken by a sticky error? Confirms a sticky error another call returned with an
+ * independent question: cuCtxGetId(NULL) with the context current answers with the context's
+ * sticky error (as on the H200, and the simulated driver) and succeeds in a healthy context.
+ * False when it cannot be shown. ctx_id: for the message only. */
+static bool ctx_broken(CUcontext ctx, unsigned long long ctx_id)
 {
     CUcontext prev = NULL;
     if (CUPOOL_DRV(cupool__drv.cuCtxGetCurrent(&prev)) != CUDA_SUCCESS)
         return false;
-    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(cls->ctx));
+    CUresult r = CUPOOL_DRV(cupool__drv.cuCtxPushCurrent(ctx));
     if (r != CUDA_SUCCESS)
         return false;
     unsigned long long id = 0;
     CUresult probe = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &id));
-    if (!ctx_pop_back(cls->ctx, prev))
+    if (!ctx_pop_back(ctx, prev))
         cupool__log(CUPOOL_LOG_WARN, "could not restore the caller's current context after "
                                      "probing context %llu",
-                    cls->ctx_id);
+                    ctx_id);
     return cupool__error_is_sticky(probe) && probe != CUDA_ERROR_DEINITIALIZED;
+}
+
+bool cupool__class_ctx_broken(const struct cupool__class *cls)
+{
+    return ctx_broken(cls->ctx, cls->ctx_id);
+}
+
+bool cupool__ctx_broken_by(CUcontext ctx, unsigned long long ctx_id, CUresult r)
+{
+    return cupool__error_is_sticky(r) && r != CUDA_ERROR_DEINITIALIZED &&
+           ctx_broken(ctx, ctx_id);
 }
 
 enum ctx_state cupool__class_ctx_check(struct cupool__class *cls, CUresult *err)

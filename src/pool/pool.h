@@ -284,6 +284,10 @@ static inline struct cupool__handle *cupool__reg_read(struct cupool__tcache *tc,
  * broken by a sticky error); -1: unknown (*err: another driver error, or DEINITIALIZED when
  * the driver may not be called). One cuCtxGetId(ctx). */
 int cupool__ctx_verdict(CUcontext ctx, unsigned long long ctx_id, CUresult *err);
+/* Did a call on an object of ctx fail with r because ctx is broken by a sticky error? True
+ * only when r is sticky and the driver confirms it (cuCtxGetId(NULL) with ctx pushed current
+ * answers with the sticky error); the caller's context stack is left as it was. */
+bool cupool__ctx_broken_by(CUcontext ctx, unsigned long long ctx_id, CUresult r);
 
 
 /* The calling thread's cache, registering it (and its exit hook) first if needed; NULL only

@@ -492,6 +492,48 @@ START_TEST(failed_destroys_on_the_maintenance_thread_are_retried)
 }
 END_TEST
 
+/* A cached graph of a context that a sticky error broke is let go at a trim: its exec's
+ * completion event cannot be destroyed any more (every call on the context fails), and a
+ * grave kept for a retry would have the maintenance thread look at the graveyard every
+ * millisecond for good. The break is confirmed (cuCtxGetId(NULL) with the context pushed
+ * current answers with it), as the pools confirm it before they forget a broken context's
+ * handles. Simulation only: the real driver breaks the whole process. */
+START_TEST(graves_of_a_broken_context_are_let_go)
+{
+    setenv("CUPOOL_GRAPH_EXECS_MAX", "1", 1); /* a second stream: launches record completion */
+    tu_setup();
+    if (!tu_fake.present)
+        return;
+    CUcontext victim;
+    TU_OK(tu.cuCtxCreate(&victim, 0, tu_dev)); /* now current */
+    struct tu_kernels kv;
+    tu_load_kernels(&kv);
+    CUdeviceptr m;
+    TU_OK(tu.cuMemAlloc(&m, 4));
+    CUstream s[2];
+    for (int i = 0; i < 2; i++)
+        TU_OK(tu.cuStreamCreate(&s[i], CU_STREAM_NON_BLOCKING));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    unsigned v = 1;
+    TU_OK(cupool_pipeline_kernel(p, kv.add_u32, 1, 1, 1, 1, 1, 1, 0, (void *[]){&m, &v}, NULL));
+    for (int r = 0; r < 6; r++)
+        TU_OK(cupool_pipeline_launch(p, s[r % 2]));
+    TU_OK(tu.cuCtxSynchronize());
+    CUcontext popped;
+    TU_OK(tu.cuCtxPopCurrent(&popped)); /* tu_ctx current: the victim is probed pushed */
+    tu_fake.poison_context(victim, CUDA_ERROR_ILLEGAL_ADDRESS);
+    TU_OK(cupool_trim());
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* a round that began after the trim */
+    ck_assert(!cupool__maint_graves_polling());
+    CUcontext cur = NULL;
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, tu_ctx);
+    TU_OK(cupool_pipeline_destroy(p));
+}
+END_TEST
+
 /* A program that trims between requests: each trim empties the depot, so the next acquire
  * misses. Trim forgets the class's learned demand (reserve, warm-up), so those misses create
  * only what they need; before, each one doubled the reserve and the maintenance thread filled
@@ -1068,6 +1110,7 @@ int main(void)
     tcase_add_test(tc, no_thread_without_background);
     tcase_add_test(tc, forked_child_has_no_maintenance_thread);
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
+    tcase_add_test(tc, graves_of_a_broken_context_are_let_go);
     tcase_add_test(tc, context_release_keeps_the_thread_off_a_reset_context);
     tcase_add_test(tc, trims_between_requests_create_nothing_ahead);
     tcase_add_test(tc, a_trim_forgets_the_growth_that_was_due);
