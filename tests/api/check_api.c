@@ -979,12 +979,32 @@ START_TEST(transient_capture_check_error_keeps_stream)
 }
 END_TEST
 
-START_TEST(failed_pop_restores_callers_context)
+/* A second context of tu_dev, made with cuCtxCreate: pushed over the one current before. */
+static CUcontext ctx_create_pushed(void)
 {
     CUresult (*ctx_create)(CUcontext *, void *, unsigned int, CUdevice);
     TU_OK(cupool_driver_get_proc("cuCtxCreate", 12050, (void **)&ctx_create));
-    CUcontext other;
-    TU_OK(ctx_create(&other, NULL, 0, tu_dev)); /* current now */
+    CUcontext c;
+    TU_OK(ctx_create(&c, NULL, 0, tu_dev));
+    return c;
+}
+
+/* The caller's context stack is `top` over tu_ctx, one level deep: a pop finds `top`, then
+ * tu_ctx is current (not `top` a second time). */
+static void ck_stack_is_over_tu_ctx(CUcontext top)
+{
+    CUcontext cur = NULL, popped = NULL;
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, top);
+    TU_OK(tu.cuCtxPopCurrent(&popped));
+    ck_assert_ptr_eq(popped, top);
+    TU_OK(tu.cuCtxGetCurrent(&cur));
+    ck_assert_ptr_eq(cur, tu_ctx);
+}
+
+START_TEST(failed_pop_restores_callers_context)
+{
+    CUcontext other = ctx_create_pushed(); /* current now */
     TU_OK(tu.cuCtxSetCurrent(tu_ctx));
     cupool_stream_pool_t p;
     TU_OK(cupool_stream_pool_get(&p, other, 0, 0));
@@ -1003,23 +1023,14 @@ END_TEST
  * then finds the context under it). */
 START_TEST(failed_pop_keeps_callers_context_stack)
 {
-    CUresult (*ctx_create)(CUcontext *, void *, unsigned int, CUdevice);
-    TU_OK(cupool_driver_get_proc("cuCtxCreate", 12050, (void **)&ctx_create));
-    CUcontext other;
-    TU_OK(ctx_create(&other, NULL, 0, tu_dev)); /* pushed over tu_ctx */
+    CUcontext other = ctx_create_pushed(); /* over tu_ctx */
     cupool_stream_pool_t p;
     TU_OK(cupool_stream_pool_get(&p, tu_ctx, 0, 0));
     tu_fake.fault("cuCtxPopCurrent", 0, 1, CUDA_ERROR_UNKNOWN);
     CUstream s;
     TU_OK(cupool_stream_pool_acquire(p, &s)); /* a miss: created in tu_ctx, pushed and popped */
     tu_fake.fault_clear();
-    CUcontext cur = NULL, popped = NULL;
-    TU_OK(tu.cuCtxGetCurrent(&cur));
-    ck_assert_ptr_eq(cur, other);
-    TU_OK(tu.cuCtxPopCurrent(&popped));
-    ck_assert_ptr_eq(popped, other);
-    TU_OK(tu.cuCtxGetCurrent(&cur));
-    ck_assert_ptr_eq(cur, tu_ctx); /* not `other` a second time */
+    ck_stack_is_over_tu_ctx(other);
     TU_OK(cupool_stream_pool_release(p, s, 0));
 }
 END_TEST
@@ -1029,26 +1040,17 @@ END_TEST
  * failing once. */
 START_TEST(failed_pop_after_a_sticky_probe_keeps_callers_context_stack)
 {
-    CUresult (*ctx_create)(CUcontext *, void *, unsigned int, CUdevice);
-    TU_OK(cupool_driver_get_proc("cuCtxCreate", 12050, (void **)&ctx_create));
     cupool_stream_pool_t p;
     TU_OK(cupool_stream_pool_get(&p, tu_ctx, 0, 0));
     CUstream s;
     TU_OK(cupool_stream_pool_acquire(p, &s));
     TU_OK(cupool_stream_pool_release(p, s, 0)); /* idle in tu_ctx's class */
-    CUcontext other;
-    TU_OK(ctx_create(&other, NULL, 0, tu_dev)); /* pushed over tu_ctx */
+    CUcontext other = ctx_create_pushed(); /* over tu_ctx */
     tu_fake.poison_context(tu_ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
     tu_fake.fault("cuCtxPopCurrent", 0, 1, CUDA_ERROR_UNKNOWN);
     ck_assert_int_ne(cupool_stream_pool_acquire(p, &s), CUDA_SUCCESS);
     tu_fake.fault_clear();
-    CUcontext cur = NULL, popped = NULL;
-    TU_OK(tu.cuCtxGetCurrent(&cur));
-    ck_assert_ptr_eq(cur, other);
-    TU_OK(tu.cuCtxPopCurrent(&popped));
-    ck_assert_ptr_eq(popped, other);
-    TU_OK(tu.cuCtxGetCurrent(&cur));
-    ck_assert_ptr_eq(cur, tu_ctx); /* not `other` a second time */
+    ck_stack_is_over_tu_ctx(other);
 }
 END_TEST
 
