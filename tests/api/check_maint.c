@@ -492,6 +492,102 @@ START_TEST(failed_destroys_on_the_maintenance_thread_are_retried)
 }
 END_TEST
 
+/* The over-cap backlog's destroys fail for a while on the maintenance thread: every handle
+ * stays pooled (the driver's count is cupool's idle and in use), none is destroyed on the
+ * releasing thread, and once the error passes the thread's next round drains the backlog. */
+START_TEST(failed_drains_of_the_over_cap_backlog_are_retried)
+{
+    setenv("CUPOOL_STREAM_IDLE_MAX", "64", 1);
+    tu_setup();
+    if (!tu_fake.present)
+        return;
+    tu_fake.fault("cuStreamDestroy", 0, -1, CUDA_ERROR_UNKNOWN);
+    churn(512); /* ~416 over the depot's cap and this thread's two magazines */
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_eq(st.destroys, 0);
+    ck_assert_uint_eq(st.idle, 512);
+    ck_assert_int_eq(tu_fake.live_streams(), 512);
+    ck_assert_uint_gt(tu_fake.calls("cuStreamDestroy"), 0); /* the thread did try */
+    tu_fake.fault_clear();
+    ck_assert(cupool__maint_flush(FLUSH_NS)); /* a kick: no need to wait for the retry */
+    ck_assert(cupool__maint_flush(FLUSH_NS));
+    st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    ck_assert_uint_le(st.idle, 64 + 32);
+    ck_assert_uint_eq(st.destroys, 512 - st.idle);
+    ck_assert_int_eq(tu_fake.live_streams(), (int)st.idle);
+    ck_assert_uint_eq(mstats().request_destroys, 0);
+}
+END_TEST
+
+/* Passing create and destroy errors, in bursts of one to five calls every few calls, while
+ * four threads acquire and release bursts of up to 400 streams and the maintenance thread
+ * grows, refills and decays the class (a decay time of 8 ms): whatever failed where, the
+ * class's books match the driver (the streams alive are cupool's idle and in use, and its
+ * creates less its destroys and drops), and a trim leaves nothing once the errors pass. */
+static _Atomic int storm_over;
+
+static void *fault_storm(void *arg)
+{
+    (void)arg;
+    static const char *const entries[] = {"cuStreamCreateWithPriority", "cuStreamDestroy"};
+    static const CUresult errs[] = {CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN,
+                                    CUDA_ERROR_INVALID_CONTEXT};
+    unsigned seed = 12345;
+    while (!atomic_load(&storm_over)) {
+        for (int i = 0; i < 2; i++) {
+            unsigned r = (unsigned)rand_r(&seed);
+            tu_fake.fault(entries[i], r % 7, 1 + (long)(r / 7 % 5), errs[r / 35 % 3]);
+        }
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void *storm_worker(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg * 7919u + 1;
+    CUstream held[400];
+    TU_OK(tu.cuCtxSetCurrent(tu_ctx));
+    for (int round = 0; round < 100; round++) {
+        int n = 1 + rand_r(&seed) % 400, got = 0;
+        for (int i = 0; i < n; i++)
+            got += cupool_stream_acquire(&held[got], CU_STREAM_NON_BLOCKING, 0) == CUDA_SUCCESS;
+        for (int i = 0; i < got; i++)
+            TU_OK(cupool_stream_release(held[i]));
+    }
+    return NULL;
+}
+
+START_TEST(passing_errors_while_the_thread_grows_and_decays_keep_the_books)
+{
+    setenv("CUPOOL_DECAY_MS", "8", 1);
+    tu_setup();
+    if (!tu_fake.present)
+        return;
+    pthread_t f, w[4];
+    ck_assert_int_eq(pthread_create(&f, NULL, fault_storm, NULL), 0);
+    for (uintptr_t i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&w[i], NULL, storm_worker, (void *)i), 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(w[i], NULL);
+    atomic_store(&storm_over, 1);
+    pthread_join(f, NULL);
+    tu_fake.fault_clear();
+    /* the thread's driver work is done under its unit lock: both counts of one moment */
+    pthread_mutex_lock(&cupool__maint_unit);
+    cupool_class_stats_t st = tu_stats(CUPOOL_KIND_STREAM, CU_STREAM_NON_BLOCKING);
+    int alive = tu_fake.live_streams();
+    pthread_mutex_unlock(&cupool__maint_unit);
+    ck_assert_uint_eq(st.in_use, 0);
+    ck_assert_int_eq(alive, (int)st.idle);
+    ck_assert_uint_eq(st.creates - st.destroys - st.dropped, st.idle);
+    ck_assert_uint_gt(mstats().background_creates, 0); /* the thread did grow the class */
+    tu_trim_leaves_nothing();
+}
+END_TEST
+
 /* A cached graph of a context that a sticky error broke is let go at a trim: its exec's
  * completion event cannot be destroyed any more (every call on the context fails), and a
  * grave kept for a retry would have the maintenance thread look at the graveyard every
@@ -1110,6 +1206,8 @@ int main(void)
     tcase_add_test(tc, no_thread_without_background);
     tcase_add_test(tc, forked_child_has_no_maintenance_thread);
     tcase_add_test(tc, failed_destroys_on_the_maintenance_thread_are_retried);
+    tcase_add_test(tc, failed_drains_of_the_over_cap_backlog_are_retried);
+    tcase_add_test(tc, passing_errors_while_the_thread_grows_and_decays_keep_the_books);
     tcase_add_test(tc, graves_of_a_broken_context_are_let_go);
     tcase_add_test(tc, context_release_keeps_the_thread_off_a_reset_context);
     tcase_add_test(tc, trims_between_requests_create_nothing_ahead);
