@@ -2973,12 +2973,15 @@ static void wl_mix(void)
     len = snprintf(row->extra, sizeof row->extra,
                    "\"seconds\":%.3f,\"requests_per_s\":%.0f,\"max_ns\":%.1f,\"floor_max_ns\":%.1f,"
                    "\"max_ratio\":%.3f,\"instantiations\":%llu,\"graph_launches\":%llu,"
-                   "\"graph_hits\":%llu,\"counter_slots_checked\":%llu",
+                   "\"graph_hits\":%llu,\"graph_claims_lock_free\":%llu,"
+                   "\"counter_slots_checked\":%llu",
                    secs, (double)MIX_THREADS * (double)m.n / secs, mx, fmx,
                    fmx > 0 ? mx / fmx : 0,
                    (unsigned long long)(m.g1.instantiations - m.g0.instantiations),
                    (unsigned long long)(m.g1.launches - m.g0.launches),
-                   (unsigned long long)(m.g1.hits - m.g0.hits), (unsigned long long)slots);
+                   (unsigned long long)(m.g1.hits - m.g0.hits),
+                   (unsigned long long)(m.g1.claims_lock_free - m.g0.claims_lock_free),
+                   (unsigned long long)slots);
     if (m.ndev > 1 && len > 0 && (size_t)len < sizeof row->extra)
         len += snprintf(row->extra + len, sizeof row->extra - (size_t)len,
                         ",\"stream_contexts_checked\":%llu,\"events_released_cross_device\":%llu",
@@ -2994,6 +2997,11 @@ static void wl_mix(void)
                    "the measured phase",
                    (double)MIX_THREADS * (double)m.n / secs, mxs, fmx > 0 ? mx / fmx : 0, fmxs,
                    (unsigned long long)(m.g1.instantiations - m.g0.instantiations));
+    if (!mix_hand && m.g1.launches > m.g0.launches && len > 0 && (size_t)len < sizeof row->note)
+        len += snprintf(row->note + len, sizeof row->note - (size_t)len,
+                        "; %.1f%% of graph launches claimed lock-free",
+                        100.0 * (double)(m.g1.claims_lock_free - m.g0.claims_lock_free) /
+                            (double)(m.g1.launches - m.g0.launches));
     if (m.ndev > 1 && len > 0 && (size_t)len < sizeof row->note)
         len += snprintf(row->note + len, sizeof row->note - (size_t)len,
                         "; %llu counter slots as expected, %llu streams of their device's "

@@ -597,6 +597,10 @@ static inline int execs_max(void)
  * they are only hints, each validated by the claim). Read and written only by the thread
  * holding the cache; no stream in it is ever passed to the driver (compared only). */
 #define HINT_WAYS 8
+/* The stream of a thread's any-stream hint for a signature: the exec it launched last of that
+ * signature, whichever the stream (fast_claim). An address of cupool's, so never a stream. */
+extern const char cupool__hint_any_stream;
+#define HINT_ANY_STREAM ((CUstream)(uintptr_t)&cupool__hint_any_stream)
 #define HINT_SETS_MIN 8   /* 64 hints, 3.6 KiB */
 #define HINT_SETS_MAX 256 /* 2048 hints, 114 KiB */
 

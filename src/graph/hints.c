@@ -11,6 +11,8 @@
 
 #include <string.h>
 
+const char cupool__hint_any_stream = 0;
+
 static void hints_free(struct cupool__ghints *t)
 {
     size_t n = (size_t)t->nsets * HINT_WAYS;

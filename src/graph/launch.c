@@ -52,25 +52,23 @@ static struct gentry *entry_claim(struct gentry *known, uint64_t hash, unsigned 
     return e;
 }
 
-/* The lock-free claim of a repeat launch (see the top of this file). The thread's hint for
- * `hash` on `stream` names an entry and exec; the exec is owned, the cache epoch then shown
- * unchanged (a Dekker handshake with entry_evict(), which moves the epoch on before it owns
- * an entry's execs), and the exec shown to be the same by its serial. Owning one of its execs
- * keeps the entry from being evicted, so the entry is not pinned: a repeat launch makes one
- * locked read-modify-write (the exec's claim). The entry's key (context, signature words
- * sig[0 .. nsig-1]) is compared once the exec is held, unless the entry is `known`: the
- * entry of this signature as of cache epoch known_epoch (a pipeline's last launch), and the
- * hint's as of the same epoch. Returns the entry, unpinned, with *x owned and *epoch the
- * epoch it was found at, or NULL (then nothing is held) for the locked path. */
-static inline __attribute__((always_inline)) struct gentry *
-fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
+/* One lock-free claim through hint h (see fast_claim): the exec is owned, the cache epoch then
+ * shown unchanged (a Dekker handshake with entry_evict(), which moves the epoch on before it
+ * owns an entry's execs), and the exec shown to be the same by its serial. Owning one of its
+ * execs keeps the entry from being evicted, so the entry is not pinned. The entry's key
+ * (context, signature words sig[0 .. nsig-1]) is compared once the exec is held, unless the
+ * entry is `known` (the entry of this signature as of cache epoch known_epoch, a pipeline's
+ * last launch) and the hint's is as of the same epoch. With `any` (the thread's any-stream
+ * hint), the exec may have run last on another stream: it is taken only from an entry sharing
+ * execs among streams (at CUPOOL_GRAPH_EXECS_MAX, where every launch records its completion)
+ * and once its last launch's completion event says it finished (cuEventQuery, after the read
+ * section: the owned exec cannot be freed), so two streams never run it at once. True with
+ * the exec owned; false with nothing held. */
+static inline __attribute__((always_inline)) bool
+hint_claim(struct cupool__tcache *tc, const struct ghint *s, bool any, const struct gentry *known,
            uint64_t known_epoch, unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
-           CUstream stream, struct gexec **x, uint64_t *epoch)
+           CUstream stream)
 {
-    struct cupool__ghints *t = tc->ghints;
-    struct ghint *s = t ? hint_find(t, hash, stream) : NULL;
-    if (!s || stream == CU_STREAM_PER_THREAD)
-        return NULL;
     struct gentry *e = s->entry;
     bool trusted = known == e && known_epoch == s->epoch;
     /* the entry and exec may be free structs now: touched only inside a read section, so
@@ -80,24 +78,58 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
     struct gexec *c = s->exec;
     bool got = atomic_load_explicit(&cupool__cache_epoch.v, CUPOOL_RELAXED) == s->epoch &&
                exec_own(c);
+    bool query = false;
     if (got) {
         /* owned, then the epoch: an eviction of e that began before the claim shows here;
          * one that begins after it finds the exec owned and gives up. With the epoch
          * unchanged since the hint was taken, e was never freed; with the serial, c is
          * still the exec of e that this hint saw. */
         got = atomic_load(&cupool__cache_epoch.v) == s->epoch && c->entry == e &&
-              c->serial == s->serial && c->launched && c->last_stream == stream &&
+              c->serial == s->serial && c->launched &&
               (trusted || (e->ctx_id == ctx_id && e->nsig == nsig &&
                            memcmp(e->sig, sig, nsig * sizeof(*sig)) == 0));
+        if (got && c->last_stream != stream) {
+            got = any && atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED) &&
+                  c->done_valid && c->exec != NULL;
+            query = got;
+        }
         if (!got)
             exec_disown(c);
     }
     cupool__read_leave(cupool__th(tc));
-    if (!got)
+    if (query && CUPOOL_DRV(cupool__drv.cuEventQuery(c->done)) != CUDA_SUCCESS) {
+        exec_disown(c);
+        return false; /* running still (or the query failed): the locked path decides */
+    }
+    return got;
+}
+
+/* The lock-free claim of a repeat launch (see the top of this file): through the thread's
+ * hint for `hash` on `stream` (the exec it launched there last), else, for an entry sharing
+ * execs among streams, through its any-stream hint for `hash` (the exec it launched last of
+ * the signature, on whichever stream), once that exec's last launch has finished. A service
+ * that launches each request on a stream of a pool meets a new stream nearly every time: the
+ * second way keeps its repeat launches off the cache lock once the entry has reached
+ * CUPOOL_GRAPH_EXECS_MAX. Returns the entry, unpinned, with *x owned and *epoch the epoch it
+ * was found at, or NULL (then nothing is held) for the locked path. */
+static inline __attribute__((always_inline)) struct gentry *
+fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
+           uint64_t known_epoch, unsigned long long ctx_id, const uint64_t *sig, size_t nsig,
+           CUstream stream, struct gexec **x, uint64_t *epoch)
+{
+    struct cupool__ghints *t = tc->ghints;
+    if (!t || stream == CU_STREAM_PER_THREAD)
         return NULL;
+    struct ghint *s = hint_find(t, hash, stream);
+    if (!s || !hint_claim(tc, s, false, known, known_epoch, ctx_id, sig, nsig, stream)) {
+        s = hint_find(t, hash, HINT_ANY_STREAM);
+        if (!s || !hint_claim(tc, s, true, known, known_epoch, ctx_id, sig, nsig, stream))
+            return NULL;
+    }
+    struct gentry *e = s->entry;
     entry_touch(e);
     cupool__counter_inc(&tc->graph_hits[e->dev]);
-    *x = c;
+    *x = s->exec;
     *epoch = s->epoch;
     return e;
 }
@@ -718,8 +750,13 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
     if (s->p)
         count_compared(s->compared);
     exec_done(e, x, keep, stream, launched, recorded, !fast);
-    if (keep && launched && !fast)
+    if (keep && launched && !fast) {
         cupool__hint_put(s->hash, stream, e, x, serial, s->epoch);
+        /* only an entry sharing execs among streams is claimed through it (fast_claim): no
+         * other takes a way of the thread's hints from a stream's hint */
+        if (atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED))
+            cupool__hint_put(s->hash, HINT_ANY_STREAM, e, x, serial, s->epoch);
+    }
     graves_maybe_reap();
     return r;
 }

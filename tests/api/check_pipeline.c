@@ -487,7 +487,10 @@ START_TEST(execs_shared_only_at_the_limit)
 }
 END_TEST
 
-/* At the limit, the execs of streams gone quiet make way for the streams launching now. */
+/* At the limit, the execs of streams gone quiet make way for the streams launching now: a
+ * launch that goes through the lock finds one not launched since the limit was reached and
+ * replaces it. The thread's next launches on those streams take the exec it launched last
+ * once that one has finished, without the lock (pool_streams_past_the_limit_claim_lock_free). */
 START_TEST(quiet_streams_give_up_their_execs)
 {
     setup_env("CUPOOL_GRAPH_EXECS_MAX", "2");
@@ -502,6 +505,7 @@ START_TEST(quiet_streams_give_up_their_execs)
         TU_OK(cupool_pipeline_launch(p, streams[i]));
         TU_OK(tu.cuStreamSynchronize(streams[i]));
     }
+    cupool_graph_stats_t first = gstats();
     for (int round = 0; round < 5; round++)
         for (int i = 2; i < 4; i++) {
             fill_chain(p, 2, 4 + i, (unsigned)(i + 1), 0);
@@ -512,18 +516,22 @@ START_TEST(quiet_streams_give_up_their_execs)
         ck_assert_uint_eq(counter(4 + i), (i < 2 ? 1 : 5) * 2 * (unsigned)(i + 1));
     cupool_graph_stats_t st = gstats();
     ck_assert_uint_eq(st.execs, 2);
-    /* s1, s2; s3 once with a used-once exec (the limit just reached); then s4 and s3 each
-     * replace a quiet stream's exec, and keep their own from then on */
-    ck_assert_uint_eq(st.instantiations, 5);
+    /* s1, s2; s3 once with a used-once exec (the limit just reached, no completion recorded
+     * yet); s4 replaces the exec of quiet s1 (through the lock); from then on each launch
+     * takes the exec the thread launched last, finished, without the lock */
+    ck_assert_uint_eq(st.instantiations, 4);
+    ck_assert_uint_eq(st.claims_locked - first.claims_locked, 2);
     cupool_graph_stats_t before = st;
-    for (int i = 2; i < 4; i++) { /* their own execs: nothing to update */
+    for (int i = 2; i < 4; i++) {
         fill_chain(p, 2, 4 + i, (unsigned)(i + 1), 0);
         TU_OK(cupool_pipeline_launch(p, streams[i]));
         TU_OK(tu.cuStreamSynchronize(streams[i]));
     }
     st = gstats();
     ck_assert_uint_eq(st.instantiations, before.instantiations);
-    ck_assert_uint_eq(st.nodes_updated, before.nodes_updated);
+    ck_assert_uint_eq(st.claims_locked, before.claims_locked);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
     TU_OK(cupool_pipeline_destroy(p));
     TU_OK(tu.cuStreamDestroy(s3));
     TU_OK(tu.cuStreamDestroy(s4));
@@ -1186,6 +1194,57 @@ START_TEST(one_signature_on_twelve_streams_claims_lock_free)
 {
     setup_env(NULL, NULL); /* CUPOOL_GRAPH_EXECS_MAX's default, 16, serves 12 streams */
     streams_in_turn(12);
+}
+END_TEST
+
+/* A service that launches each request on a stream of a pool meets a stream new to the
+ * signature nearly every time. Past CUPOOL_GRAPH_EXECS_MAX, such a launch takes the exec the
+ * thread launched last of the signature once that launch has finished, without the cache
+ * lock; an exec still running is never taken (no exec runs on two streams at once). Before,
+ * every such launch took the lock and queried the entry's execs under it. */
+START_TEST(pool_streams_past_the_limit_claim_lock_free)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "2");
+    enum { NS = 24, ROUNDS = 3, SLOT = 29 };
+    CUstream st[NS];
+    for (int i = 0; i < NS; i++)
+        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    unsigned expect = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        cupool_graph_stats_t before = gstats();
+        for (int i = 0; i < NS; i++) {
+            unsigned v = (unsigned)(round * NS + i + 1);
+            fill_chain(p, 3, SLOT, v, 0);
+            TU_OK(cupool_pipeline_launch(p, st[i]));
+            TU_OK(tu.cuStreamSynchronize(st[i]));
+            expect += 3 * v;
+        }
+        uint64_t locked, lock_free;
+        claims_since(before, &locked, &lock_free);
+        /* the first round: a miss, a second exec, the used-once exec of the limit's first
+         * launch, the replacement of the exec that recorded no completion; then none */
+        ck_assert_msg(locked == (round == 0 ? 4 : 0), "round %d: %llu of %d claims took the lock",
+                      round, (unsigned long long)locked, NS);
+        ck_assert_uint_eq(counter(SLOT), expect);
+    }
+    cupool_graph_stats_t s = gstats();
+    ck_assert_uint_eq(s.instantiations, 4);
+    ck_assert_uint_le(s.execs, 2);
+    /* without waiting: a launch whose exec may still run takes the lock's way instead */
+    for (int i = 0; i < NS; i++) {
+        fill_chain(p, 3, SLOT, 1, 0);
+        TU_OK(cupool_pipeline_launch(p, st[i]));
+        expect += 3;
+    }
+    ck_assert_uint_eq(counter(SLOT), expect);
+    ck_assert_uint_le(gstats().execs, 2);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    TU_OK(cupool_pipeline_destroy(p));
+    for (int i = 0; i < NS; i++)
+        TU_OK(tu.cuStreamDestroy(st[i]));
 }
 END_TEST
 
@@ -2916,6 +2975,7 @@ int main(void)
     tcase_add_test(env, eviction_during_lock_free_repeat_launches);
     tcase_add_test(env, gate_off_keeps_results_right);
     tcase_add_test(env, quiet_streams_give_up_their_execs);
+    tcase_add_test(env, pool_streams_past_the_limit_claim_lock_free);
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     tcase_add_test(env, one_signature_on_twelve_streams_claims_lock_free);
     tcase_add_test(env, cluster_dimension_eager);
