@@ -206,6 +206,14 @@ struct cupool_pipeline {
     uint64_t gen;
     size_t argvcap;
     uint32_t max_params;
+    /* ---- line 3: the relaunch ---- */
+    /* The exec the last launch kept and the stream it ran on, with the exec's serial then:
+     * an unchanged relaunch on that stream claims it directly (pipeline_relaunch in
+     * graph/launch.c), validated as a thread's hint is (the cache epoch as last_epoch, the
+     * serial); NULL when the last launch kept none. */
+    struct gexec *last_exec;
+    uint64_t last_serial;
+    CUstream last_stream;
     /* ---- the rest ---- */
     size_t cap, acap, sigcap;
     uint64_t *chg;
@@ -224,7 +232,8 @@ struct cupool_pipeline {
 };
 _Static_assert(offsetof(struct cupool_pipeline, sigpos) == 64 &&
                    offsetof(struct cupool_pipeline, last_hash) == 128 &&
-                   offsetof(struct cupool_pipeline, cap) <= 192,
+                   offsetof(struct cupool_pipeline, last_exec) == 192 &&
+                   offsetof(struct cupool_pipeline, cap) <= 256,
                "cupool_pipeline: the lines of the per-request path");
 
 

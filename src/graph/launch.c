@@ -746,6 +746,11 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
         cupool__refill_launched(s->p, s->dirty);
     }
     uint64_t serial = x->serial; /* read while owned */
+    if (s->p) {
+        s->p->last_exec = keep && launched ? x : NULL;
+        s->p->last_serial = serial;
+        s->p->last_stream = stream;
+    }
     count_launch(e->dev, s->inst, s->failures, s->updated);
     if (s->p)
         count_compared(s->compared);
@@ -759,6 +764,48 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
     }
     graves_maybe_reap();
     return r;
+}
+
+/*
+ * A pipeline's unchanged relaunch on the stream of its last launch (the caller checked the
+ * description: the same structure, no node changed since, no conditional node, the same
+ * context): the exec that launch kept, claimed as a thread's hint is (fast_claim), which
+ * holds exactly this description (its snapshot is the pipeline's, of this generation), so it
+ * is launched as it is. The lock-free claim with none of the general path's steps: no
+ * signature, hint table, update or snapshot. False (nothing held, nothing launched) when the
+ * exec cannot be claimed so; then the general path decides. *rp: the launch's result.
+ */
+static inline __attribute__((always_inline)) bool
+pipeline_relaunch(struct cupool_pipeline *p, CUstream stream, CUresult *rp)
+{
+    struct cupool__tcache *tc = cupool__tl;
+    struct gentry *e = p->last_entry;
+    if (CUPOOL_UNLIKELY(!tc || !e || stream == CU_STREAM_PER_THREAD))
+        return false;
+    /* the entry and exec may be free structs now: see fast_claim */
+    cupool__read_enter(cupool__th(tc));
+    struct gexec *c = p->last_exec;
+    bool got = atomic_load_explicit(&cupool__cache_epoch.v, CUPOOL_RELAXED) == p->last_epoch &&
+               exec_own(c);
+    if (got) {
+        got = atomic_load(&cupool__cache_epoch.v) == p->last_epoch && c->entry == e &&
+              c->serial == p->last_serial && c->launched && c->last_stream == stream &&
+              c->exec != NULL && cupool__exec_holds(c, p, false);
+        if (!got)
+            exec_disown(c);
+    }
+    cupool__read_leave(cupool__th(tc));
+    if (!got)
+        return false;
+    entry_touch(e);
+    cupool__counter_inc(&tc->graph_hits[e->dev]);
+    bool recorded;
+    CUresult r = exec_launch(e, c, stream, &recorded);
+    cupool__refill_launched(p, false);
+    exec_done(e, c, true, stream, r == CUDA_SUCCESS, recorded, false);
+    graves_maybe_reap();
+    *rp = r;
+    return true;
 }
 
 CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
@@ -795,6 +842,11 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
     r = CUPOOL_DRV(cupool__drv.cuCtxGetId(NULL, &ctx_id));
     if (r != CUDA_SUCCESS)
         return cupool__fail(r, "cupool_pipeline_launch: no usable current context");
+    /* the description as the last launch's, on its stream: its exec as it is */
+    if (p->last_exec && p->last_stream == stream && p->last_ctx_id == ctx_id &&
+        !p->sig_dirty && p->sigpos == p->last_nsig && p->n == p->last_n && !p->all_dirty &&
+        !p->nchg && !p->ncond && pipeline_relaunch(p, stream, &r))
+        return r;
     /* made after the call, which sees only ctx_id: no store to it is kept for the driver */
     struct launch_src s = {.p = p, .ctx_id = ctx_id};
     /* the signature: reused when the description kept the last launch's structure */
@@ -809,6 +861,7 @@ CUresult cupool_pipeline_launch(cupool_pipeline_t pipeline, CUstream stream)
         p->last_n = p->n;
         p->sig_dirty = false;
         p->last_entry = NULL;
+        p->last_exec = NULL;
     }
     s.hash = p->last_hash;
     s.sig = p->sig;

@@ -225,6 +225,7 @@ CUresult cupool_pipeline_dot(cupool_pipeline_t pipeline, const char *path)
     p->sig_dirty = true;
     p->last_nsig = 0;
     p->last_entry = NULL;
+    p->last_exec = NULL;
     pthread_mutex_lock(&cupool__cache_lock);
     struct gentry *e = cupool__lookup(hash, ctx_id, p->sig, nsig);
     if (e) /* held busy so it is not evicted while printing */

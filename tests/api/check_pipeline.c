@@ -126,6 +126,68 @@ START_TEST(hit_patches_only_changed_arguments)
 }
 END_TEST
 
+/* An unchanged relaunch on the stream of the pipeline's last launch takes the exec that
+ * launch kept as it is (no lookup, no update, no lock); anything that may have changed it
+ * sends the launch the general way: another pipeline of the signature patched the exec with
+ * its own arguments, a trim emptied the cache, another stream, another context's turn. Every
+ * launch's result is checked, so a relaunch of a stale exec shows in the counter. */
+START_TEST(unchanged_relaunch_takes_its_exec_and_gives_way)
+{
+    enum { SLOT = 30 };
+    cupool_pipeline_t p, q;
+    TU_OK(cupool_pipeline_create(&p));
+    TU_OK(cupool_pipeline_create(&q));
+    unsigned expect = 0;
+    fill_chain(p, 3, SLOT, 1, 0); /* +3 a launch */
+    TU_OK(cupool_pipeline_launch(p, s1));
+    expect += 3;
+    cupool_graph_stats_t before = gstats();
+    for (int i = 0; i < 5; i++) {
+        TU_OK(cupool_pipeline_launch(p, s1));
+        expect += 3;
+    }
+    ck_assert_uint_eq(counter(SLOT), expect);
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.claims_lock_free - before.claims_lock_free, 5);
+    ck_assert_uint_eq(st.claims_locked, before.claims_locked);
+    ck_assert_uint_eq(st.nodes_updated, before.nodes_updated);
+    ck_assert_uint_eq(st.instantiations, before.instantiations);
+    /* q, of the same signature, takes the exec on s1 and patches in its arguments */
+    fill_chain(q, 3, SLOT, 100, 0); /* +300 */
+    TU_OK(cupool_pipeline_launch(q, s1));
+    expect += 300;
+    ck_assert_uint_eq(counter(SLOT), expect);
+    before = gstats();
+    TU_OK(cupool_pipeline_launch(p, s1)); /* the exec holds q's arguments now */
+    expect += 3;
+    ck_assert_uint_eq(counter(SLOT), expect);
+    ck_assert_uint_gt(gstats().nodes_updated, before.nodes_updated);
+    TU_OK(cupool_pipeline_launch(q, s1));
+    expect += 300;
+    /* another stream, then back */
+    TU_OK(cupool_pipeline_launch(p, s2));
+    expect += 3;
+    TU_OK(cupool_pipeline_launch(p, s1));
+    expect += 3;
+    ck_assert_uint_eq(counter(SLOT), expect);
+    /* a trim frees the entry and its execs: the relaunch is a miss */
+    TU_OK(cupool_trim());
+    before = gstats();
+    TU_OK(cupool_pipeline_launch(p, s1));
+    expect += 3;
+    ck_assert_uint_eq(counter(SLOT), expect);
+    ck_assert_uint_eq(gstats().misses, before.misses + 1);
+    for (int i = 0; i < 3; i++) {
+        TU_OK(cupool_pipeline_launch(p, s1));
+        TU_OK(cupool_pipeline_launch(q, s1));
+        expect += 303;
+    }
+    ck_assert_uint_eq(counter(SLOT), expect);
+    TU_OK(cupool_pipeline_destroy(p));
+    TU_OK(cupool_pipeline_destroy(q));
+}
+END_TEST
+
 static void count_host(void *arg)
 {
     (*(int *)arg)++;
@@ -2940,6 +3002,7 @@ int main(void)
     TCase *tc = tcase_create("pipeline");
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, hit_patches_only_changed_arguments);
+    tcase_add_test(tc, unchanged_relaunch_takes_its_exec_and_gives_way);
     tcase_add_test(tc, dag_with_memset_memcpy_host_and_events);
     tcase_add_test(tc, host_nodes_run_once_per_launch);
     tcase_add_test(tc, two_streams_never_share_an_exec);
