@@ -754,12 +754,14 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
     count_launch(e->dev, s->inst, s->failures, s->updated);
     if (s->p)
         count_compared(s->compared);
+    /* only an entry sharing execs among streams is claimed through the any-stream hint
+     * (fast_claim): no other takes a way of the thread's hints from a stream's hint. Read
+     * while the launch holds e: once exec_done lets it go, e may be evicted and freed. */
+    bool any_hint = atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED);
     exec_done(e, x, keep, stream, launched, recorded, !fast);
     if (keep && launched && !fast) {
         cupool__hint_put(s->hash, stream, e, x, serial, s->epoch);
-        /* only an entry sharing execs among streams is claimed through it (fast_claim): no
-         * other takes a way of the thread's hints from a stream's hint */
-        if (atomic_load_explicit(&e->multi_stream, CUPOOL_RELAXED))
+        if (any_hint)
             cupool__hint_put(s->hash, HINT_ANY_STREAM, e, x, serial, s->epoch);
     }
     graves_maybe_reap();

@@ -1310,6 +1310,64 @@ START_TEST(pool_streams_past_the_limit_claim_lock_free)
 }
 END_TEST
 
+/* Threads launching one signature on streams of a shared pool, past CUPOOL_GRAPH_EXECS_MAX
+ * (so the entry shares its execs among streams and the launches through the lock store the
+ * threads' any-stream hints), while the main thread trims: a launch lets go of its entry
+ * once its exec is back, and the entry may be freed from then on, so nothing of it is read
+ * after (under the sanitizers a read of a freed entry fails the test). Every counter is
+ * checked, and no exec ran on two streams at once. */
+enum { POOL_TRIM_THREADS = 4, POOL_TRIM_STREAMS = 3, POOL_TRIM_LAUNCHES = 1200 };
+static CUstream pool_trim_st[POOL_TRIM_STREAMS];
+static _Atomic int pool_trim_running;
+
+static void *pool_trim_launcher(void *arg)
+{
+    int slot = (int)(intptr_t)arg;
+    cupool_pipeline_t p;
+    if (tu.cuCtxSetCurrent(tu_ctx) != CUDA_SUCCESS || cupool_pipeline_create(&p) != CUDA_SUCCESS) {
+        thread_errors++;
+        pool_trim_running--;
+        return NULL;
+    }
+    for (int i = 0; i < POOL_TRIM_LAUNCHES; i++) {
+        fill_chain(p, 2, slot, 1 + (unsigned)(i / 2) % 3, 0); /* each value twice: relaunches */
+        if (cupool_pipeline_launch(p, pool_trim_st[(i + slot) % POOL_TRIM_STREAMS]) !=
+            CUDA_SUCCESS)
+            thread_errors++;
+    }
+    cupool_pipeline_destroy(p);
+    pool_trim_running--;
+    return NULL;
+}
+
+START_TEST(pool_streams_past_the_limit_during_trims)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
+    for (int i = 0; i < POOL_TRIM_STREAMS; i++)
+        TU_OK(tu.cuStreamCreate(&pool_trim_st[i], CU_STREAM_NON_BLOCKING));
+    pthread_t t[POOL_TRIM_THREADS];
+    pool_trim_running = POOL_TRIM_THREADS;
+    for (int i = 0; i < POOL_TRIM_THREADS; i++)
+        ck_assert_int_eq(
+            pthread_create(&t[i], NULL, pool_trim_launcher, (void *)(intptr_t)(20 + i)), 0);
+    while (pool_trim_running > 0)
+        TU_OK(cupool_trim());
+    for (int i = 0; i < POOL_TRIM_THREADS; i++)
+        pthread_join(t[i], NULL);
+    ck_assert_int_eq(thread_errors, 0);
+    for (int i = 0; i < POOL_TRIM_THREADS; i++) /* 2 kernels adding 1, 1, 2, 2, 3, 3, ... */
+        ck_assert_uint_eq(counter(20 + i), 2 * 2 * (1 + 2 + 3) * (POOL_TRIM_LAUNCHES / 6));
+    cupool_graph_stats_t st = gstats();
+    ck_assert_uint_eq(st.launches, POOL_TRIM_THREADS * POOL_TRIM_LAUNCHES);
+    ck_assert_uint_eq(st.hits + st.misses, st.launches);
+    ck_assert_uint_eq(st.claims_lock_free + st.claims_locked, st.launches);
+    if (tu_fake.present)
+        ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    for (int i = 0; i < POOL_TRIM_STREAMS; i++)
+        TU_OK(tu.cuStreamDestroy(pool_trim_st[i]));
+}
+END_TEST
+
 /* A thread launches one signature on four streams and exits: its execs stay with the entry
  * (none leaked, none lost), and another thread launching on those streams uses them (no new
  * instantiation), claiming them without the lock from its second round on, never while one
@@ -3039,6 +3097,7 @@ int main(void)
     tcase_add_test(env, gate_off_keeps_results_right);
     tcase_add_test(env, quiet_streams_give_up_their_execs);
     tcase_add_test(env, pool_streams_past_the_limit_claim_lock_free);
+    tcase_add_test(env, pool_streams_past_the_limit_during_trims);
     tcase_add_test(env, buried_exec_of_a_reset_context_never_reaches_the_driver);
     tcase_add_test(env, one_signature_on_twelve_streams_claims_lock_free);
     tcase_add_test(env, cluster_dimension_eager);
