@@ -1368,6 +1368,58 @@ START_TEST(pool_streams_past_the_limit_during_trims)
 }
 END_TEST
 
+/* Past CUPOOL_GRAPH_EXECS_MAX, a launch on a stream without an exec of its own takes the one
+ * the thread launched last only once its completion event says it finished: a query that
+ * fails, or a completion that could not be recorded, sends the launch the locked way, and an
+ * unchanged relaunch whose cuGraphLaunch fails returns the error and launches the next time.
+ * Every round's results are checked, and no exec ran on two streams at once. */
+START_TEST(any_stream_claim_with_failing_queries_and_records)
+{
+    setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
+    enum { SLOT = 28, NS = 4 };
+    CUstream st[NS];
+    for (int i = 0; i < NS; i++)
+        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    cupool_pipeline_t p;
+    TU_OK(cupool_pipeline_create(&p));
+    unsigned expect = 0;
+    for (int round = 0; round < 6; round++) {
+        if (round == 2)
+            tu_fake.fault("cuEventQuery", 0, 5, CUDA_ERROR_INVALID_HANDLE);
+        if (round == 4)
+            tu_fake.fault("cuEventRecord", 0, 3, CUDA_ERROR_INVALID_HANDLE);
+        cupool_graph_stats_t before = gstats();
+        for (int i = 0; i < NS; i++) {
+            unsigned v = (unsigned)(round + i + 1);
+            fill_chain(p, 2, SLOT, v, 0);
+            TU_OK(cupool_pipeline_launch(p, st[i]));
+            TU_OK(cupool_pipeline_launch(p, st[i])); /* unchanged, on its stream */
+            expect += 4 * v;
+        }
+        ck_assert_uint_eq(counter(SLOT), expect);
+        uint64_t locked, lock_free;
+        claims_since(before, &locked, &lock_free);
+        if (round == 2 || round == 4) /* the failures took the lock's way */
+            ck_assert_uint_gt(locked, 0);
+    }
+    ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    TU_OK(cupool_pipeline_launch(p, st[0])); /* the exec of the last launch, still running */
+    tu_fake.fault("cuGraphLaunch", 0, 1, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    cupool_graph_stats_t before = gstats();
+    ck_assert_int_eq(cupool_pipeline_launch(p, st[0]), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    TU_OK(cupool_pipeline_launch(p, st[0]));
+    cupool_graph_stats_t after = gstats();
+    ck_assert_uint_eq(after.launches - before.launches, 2);
+    ck_assert_uint_eq(after.instantiations, before.instantiations);
+    expect += 2 * 2 * (5 + NS); /* two launches of the last round's last value */
+    ck_assert_uint_eq(counter(SLOT), expect);
+    ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
+    TU_OK(cupool_pipeline_destroy(p));
+    for (int i = 0; i < NS; i++)
+        TU_OK(tu.cuStreamDestroy(st[i]));
+}
+END_TEST
+
 /* A thread launches one signature on four streams and exits: its execs stay with the entry
  * (none leaked, none lost), and another thread launching on those streams uses them (no new
  * instantiation), claiming them without the lock from its second round on, never while one
@@ -3129,6 +3181,7 @@ int main(void)
         tcase_add_test(simenv, kernel_ex_eager_without_launch_ex);
         tcase_add_test(simenv, upload_off_uploads_at_first_launch);
         tcase_add_test(simenv, upload_without_instantiate_with_params);
+        tcase_add_test(simenv, any_stream_claim_with_failing_queries_and_records);
         suite_add_tcase(s, simenv);
         suite_add_tcase(s, sim);
     }
