@@ -31,11 +31,13 @@
  *                description, unchanged), against a hand-written fill of the same node arrays
  *                (CUDA_KERNEL_NODE_PARAMS, kernelParams, the argument values copied), N = 1,
  *                10, 50; and describe+hit minus hit, per node, with its floor (floor-filled
- *                minus floor), from a run of those four ways alone: 20x the launches at
- *                N = 1, 4x at N = 10 and 50, the interquartile mean of each round's
- *                difference; from the same rounds, hit minus floor over the floor's own
- *                interquartile mean ("paired"): the first table's ratio of two medians moved
- *                by up to 5 points between runs on one VM, more than cupool's share of it
+ *                minus floor), from a run of those four ways and floor+ctxid alone: 20x the
+ *                launches at N = 1, 4x at N = 10 and 50, the interquartile mean of each
+ *                round's difference; from the same rounds, hit minus floor over the floor's
+ *                own interquartile mean ("paired"): the first table's ratio of two medians
+ *                moved by up to 5 points between runs on one VM, more than cupool's share of
+ *                it; and hit minus floor+ctxid (cuCtxGetId(NULL), then the floor's launch: the
+ *                one driver call a hit adds, to know the current context)
  * The share of launches claimed without the cache lock is printed beside each.
  * Then 8 threads on 8 streams launch one signature whose kernel runs 2 ms, against one
  * stream doing the same: aggregate kernels per second.
@@ -83,6 +85,7 @@ static struct {
     CUresult (*cuGraphInstantiateWithParams)(CUgraphExec *, CUgraph,
                                              CUDA_GRAPH_INSTANTIATE_PARAMS *);
     CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+    CUresult (*cuCtxGetId)(CUcontext, unsigned long long *);
     CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode,
                                                const CUDA_KERNEL_NODE_PARAMS *);
     CUresult (*cuGraphExecDestroy)(CUgraphExec);
@@ -136,12 +139,13 @@ enum way {
     W_HIT_CHANGED,
     W_DESCRIBE,
     W_FLOOR_FILLED,
+    W_FLOOR_CTX, /* the floor after cuCtxGetId(NULL): the driver call a hit cannot avoid */
     W_MISS,
     W_COUNT
 };
-static const char *const way_names[W_COUNT] = {"eager",       "floor",        "floor-changed",
-                                               "hit",         "hit-changed",  "describe+hit",
-                                               "floor-filled", "miss"};
+static const char *const way_names[W_COUNT] = {"eager",        "floor",       "floor-changed",
+                                               "hit",          "hit-changed", "describe+hit",
+                                               "floor-filled", "floor+ctxid", "miss"};
 static void hand_fill_calls(int n, unsigned base); /* describing by hand, below */
 
 static void describe(cupool_pipeline_t p, int n, unsigned base)
@@ -179,7 +183,7 @@ static void way_setup(struct way_run *r, enum way w, int n, int iters)
     r->h = malloc(sizeof(double) * (size_t)iters);
     r->e = malloc(sizeof(double) * (size_t)iters);
     check("stream", g.cuStreamCreate(&r->s, CU_STREAM_NON_BLOCKING));
-    if (w == W_FLOOR || w == W_FLOOR_CHANGED || w == W_FLOOR_FILLED) {
+    if (w == W_FLOOR || w == W_FLOOR_CHANGED || w == W_FLOOR_FILLED || w == W_FLOOR_CTX) {
         CUgraphNode *nodes = r->nodes;
         CUDA_KERNEL_NODE_PARAMS kp;
         memset(&kp, 0, sizeof kp);
@@ -230,6 +234,12 @@ static void way_step(struct way_run *r, int it)
     case W_FLOOR:
         check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
         break;
+    case W_FLOOR_CTX: { /* the current context's id, as a hit asks for it, then the floor */
+        unsigned long long id;
+        check("cuCtxGetId", g.cuCtxGetId(NULL, &id));
+        check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
+        break;
+    }
     case W_FLOOR_FILLED: /* by hand: the request's parameters filled, a call per node */
         hand_fill_calls(r->n, 1);
         check("cuGraphLaunch", g.cuGraphLaunch(r->exec, r->s));
@@ -523,6 +533,8 @@ struct describe_result {
     double fill_over_floor; /* its floor: floor-filled minus floor, per node, ns (the same) */
     double hit_minus_floor; /* hit minus floor, per launch, ns (the same rounds) */
     double floor_mid;       /* the floor's own interquartile mean, ns per launch */
+    double hit_minus_floor_ctx; /* hit minus floor+ctxid, per launch, ns (the same rounds) */
+    double floor_ctx_mid;       /* floor+ctxid's own interquartile mean, ns per launch */
     int over_samples;       /* launches per way behind those four */
 };
 
@@ -549,29 +561,34 @@ static double mid_mean(double *v, int n)
  */
 static void describe_over(int n, int samples, struct describe_result *out)
 {
-    static const enum way ws[4] = {W_HIT, W_DESCRIBE, W_FLOOR, W_FLOOR_FILLED};
-    struct way_run r[4];
-    for (int k = 0; k < 4; k++)
+    static const enum way ws[5] = {W_HIT, W_DESCRIBE, W_FLOOR, W_FLOOR_FILLED, W_FLOOR_CTX};
+    struct way_run r[5];
+    for (int k = 0; k < 5; k++)
         way_setup(&r[k], ws[k], n, samples);
     for (int it = -3; it < samples; it++)
-        for (int k = 0; k < 4; k++)
-            way_step(&r[(k + (it + 3)) % 4], it);
+        for (int k = 0; k < 5; k++)
+            way_step(&r[(k + (it + 3)) % 5], it);
     double *d = malloc(sizeof(double) * (size_t)samples),
            *f = malloc(sizeof(double) * (size_t)samples),
-           *h = malloc(sizeof(double) * (size_t)samples);
+           *h = malloc(sizeof(double) * (size_t)samples),
+           *hc = malloc(sizeof(double) * (size_t)samples);
     for (int it = 0; it < samples; it++) {
         d[it] = r[1].h[it] - r[0].h[it];
         f[it] = r[3].h[it] - r[2].h[it];
         h[it] = r[0].h[it] - r[2].h[it];
+        hc[it] = r[0].h[it] - r[4].h[it];
     }
     out->over_hit = mid_mean(d, samples) / n;
     out->fill_over_floor = mid_mean(f, samples) / n;
     out->hit_minus_floor = mid_mean(h, samples);
+    out->hit_minus_floor_ctx = mid_mean(hc, samples);
+    out->floor_ctx_mid = mid_mean(r[4].h, samples);
     out->floor_mid = mid_mean(r[2].h, samples); /* sorts the floor's times: read last */
     free(d);
     free(f);
     free(h);
-    for (int k = 0; k < 4; k++) {
+    free(hc);
+    for (int k = 0; k < 5; k++) {
         double host, e2e;
         way_finish(&r[k], samples, &host, &e2e);
     }
@@ -1332,6 +1349,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
     GET(cuGraphAddKernelNode, 12000);
     GET(cuGraphInstantiateWithFlags, 11040);
     GET(cuGraphLaunch, 10000);
+    GET(cuCtxGetId, 12000);
     GET(cuGraphExecKernelNodeSetParams, 12000);
     GET(cuGraphExecDestroy, 10000);
     GET(cuGraphDestroy, 10000);
@@ -1407,10 +1425,13 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
                 fprintf(json, ",\"%s_host_us\":%.4f,\"%s_end_to_end_us\":%.4f", way_names[w],
                         host[i][w] / 1e3, way_names[w], e2e[i][w] / 1e3);
             fprintf(json, ",\"hit_over_floor\":%.4f,\"hit_over_floor_paired\":%.4f,"
-                          "\"hit_minus_floor_ns\":%.2f,\"streamed_us\":{\"eager\":%.4f,"
+                          "\"hit_minus_floor_ns\":%.2f,\"hit_over_floor_ctxid_paired\":%.4f,"
+                          "\"hit_minus_floor_ctxid_ns\":%.2f,\"streamed_us\":{\"eager\":%.4f,"
                           "\"floor\":%.4f,\"hit\":%.4f}}",
                     host[i][W_HIT] / host[i][W_FLOOR],
                     1 + desc[i].hit_minus_floor / desc[i].floor_mid, desc[i].hit_minus_floor,
+                    1 + desc[i].hit_minus_floor_ctx / desc[i].floor_ctx_mid,
+                    desc[i].hit_minus_floor_ctx,
                     streamed[i][0] / 1e3,
                     streamed[i][1] / 1e3, streamed[i][2] / 1e3);
         }
@@ -1473,6 +1494,12 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
         printf("N=%d %+.1f%% (%+.1f ns)%s", sizes[i],
                100 * desc[i].hit_minus_floor / desc[i].floor_mid, desc[i].hit_minus_floor,
                i < 2 ? ", " : "\n");
+    printf("hit vs floor+ctxid (the floor after cuCtxGetId(NULL), the one driver call a hit "
+           "adds: it must know the current context), paired, the same rounds: ");
+    for (int i = 0; i < 3; i++)
+        printf("N=%d %+.1f%% (%+.1f ns)%s", sizes[i],
+               100 * desc[i].hit_minus_floor_ctx / desc[i].floor_ctx_mid,
+               desc[i].hit_minus_floor_ctx, i < 2 ? ", " : "\n");
     printf("per changed node (hit-changed - hit)/N, host us: ");
     for (int i = 0; i < 3; i++)
         printf("N=%d %.3f%s", sizes[i], (host[i][W_HIT_CHANGED] - host[i][W_HIT]) / sizes[i] / 1e3,
