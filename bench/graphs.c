@@ -553,7 +553,7 @@ static double mid_mean(double *v, int n)
 
 /*
  * describe+hit minus hit, and its floor (floor-filled minus floor), per node (ns), from a run
- * of those four ways alone, in turns launch by launch, `samples` launches each: the
+ * of those four ways and floor+ctxid alone, in turns launch by launch, `samples` launches each: the
  * interquartile mean of the rounds' differences. The difference is small beside the launch
  * it rides on (about 13 ns of describing on a ~2 us launch at N = 1), so it takes many more
  * launches than the first table's figures: from that table's 1,000 launches per way, the
@@ -1550,7 +1550,7 @@ static int graphs_run(CUcontext ctx, int iters, int timeline, const char *label,
            "inline, and (calls) a call per node taking cupool_pipeline_kernel's arguments; "
            "describe: cupool_pipeline_reset + cupool_pipeline_kernel per node; the last two "
            "columns, per node: what describing adds to a hit, and what the hand-written fill by "
-           "calls adds to the floor's launch, from a run of those four ways alone in turns "
+           "calls adds to the floor's launch, from a run of those four ways and floor+ctxid alone in turns "
            "launch by launch, the interquartile mean of each round's difference, over "
            "%d / %d / %d launches per way at N = 1 / 10 / 50)\n",
            desc[0].over_samples, desc[1].over_samples, desc[2].over_samples);
