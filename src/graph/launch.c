@@ -104,6 +104,13 @@ hint_claim(struct cupool__tcache *tc, const struct ghint *s, bool any, const str
     return got;
 }
 
+/* A lock-free claim of an exec of e made: e stamped as just used, the hit counted. */
+static inline void claim_counted(struct cupool__tcache *tc, struct gentry *e)
+{
+    entry_touch(e);
+    cupool__counter_inc(&tc->graph_hits[e->dev]);
+}
+
 /* The lock-free claim of a repeat launch (see the top of this file): through the thread's
  * hint for `hash` on `stream` (the exec it launched there last), else, for an entry sharing
  * execs among streams, through its any-stream hint for `hash` (the exec it launched last of
@@ -127,8 +134,7 @@ fast_claim(struct cupool__tcache *tc, uint64_t hash, const struct gentry *known,
             return NULL;
     }
     struct gentry *e = s->entry;
-    entry_touch(e);
-    cupool__counter_inc(&tc->graph_hits[e->dev]);
+    claim_counted(tc, e);
     *x = s->exec;
     *epoch = s->epoch;
     return e;
@@ -771,8 +777,9 @@ static inline __attribute__((always_inline)) CUresult cache_launch(struct launch
 /*
  * A pipeline's unchanged relaunch on the stream of its last launch (the caller checked the
  * description: the same structure, no node changed since, no conditional node, the same
- * context): the exec that launch kept, claimed as a thread's hint is (fast_claim), which
- * holds exactly this description (its snapshot is the pipeline's, of this generation), so it
+ * context): the exec that launch kept, claimed through hint_claim as a thread's hint is
+ * (trusted: the entry is the pipeline's last, as of its epoch), which holds exactly this
+ * description (its snapshot is the pipeline's, of this generation), so it
  * is launched as it is. The lock-free claim with none of the general path's steps: no
  * signature, hint table, update or snapshot. False (nothing held, nothing launched) when the
  * exec cannot be claimed so; then the general path decides. *rp: the launch's result.
@@ -784,23 +791,17 @@ pipeline_relaunch(struct cupool_pipeline *p, CUstream stream, CUresult *rp)
     struct gentry *e = p->last_entry;
     if (CUPOOL_UNLIKELY(!tc || !e || stream == CU_STREAM_PER_THREAD))
         return false;
-    /* the entry and exec may be free structs now: see fast_claim */
-    cupool__read_enter(cupool__th(tc));
-    struct gexec *c = p->last_exec;
-    bool got = atomic_load_explicit(&cupool__cache_epoch.v, CUPOOL_RELAXED) == p->last_epoch &&
-               exec_own(c);
-    if (got) {
-        got = atomic_load(&cupool__cache_epoch.v) == p->last_epoch && c->entry == e &&
-              c->serial == p->last_serial && c->launched && c->last_stream == stream &&
-              c->exec != NULL && cupool__exec_holds(c, p, false);
-        if (!got)
-            exec_disown(c);
-    }
-    cupool__read_leave(cupool__th(tc));
-    if (!got)
+    /* the pipeline's last launch, as a hint of its own: the same claim, its entry known */
+    const struct ghint h = {p->last_hash, stream, e, p->last_exec, p->last_serial, p->last_epoch};
+    if (!hint_claim(tc, &h, false, e, p->last_epoch, p->last_ctx_id, NULL, 0, stream))
         return false;
-    entry_touch(e);
-    cupool__counter_inc(&tc->graph_hits[e->dev]);
+    struct gexec *c = h.exec;
+    /* owned now: it cannot be freed; launched as it is only if it holds this description */
+    if (CUPOOL_UNLIKELY(c->exec == NULL || !cupool__exec_holds(c, p, false))) {
+        exec_disown(c);
+        return false;
+    }
+    claim_counted(tc, e);
     bool recorded;
     CUresult r = exec_launch(e, c, stream, &recorded);
     cupool__refill_launched(p, false);
