@@ -64,6 +64,19 @@ static cupool_graph_stats_t gstats(void)
 }
 
 /* n kernels adding v[i] into counter slot (v[i] = base + i * step). */
+/* n non-blocking streams into st, and their end */
+static void streams_new(CUstream *st, int n)
+{
+    for (int i = 0; i < n; i++)
+        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+}
+
+static void streams_free(CUstream *st, int n)
+{
+    for (int i = 0; i < n; i++)
+        TU_OK(tu.cuStreamDestroy(st[i]));
+}
+
 static void fill_chain(cupool_pipeline_t p, int n, int slot, unsigned base, unsigned step)
 {
     TU_OK(cupool_pipeline_reset(p));
@@ -801,8 +814,7 @@ static void concurrent_streams(void)
     pthread_t t[9];
     uint64_t gate_timeouts_before = atomic_load(&cupool__gate_timeouts);
     unsigned long overlaps_before = tu_fake.instantiate_launch_overlaps();
-    for (int i = 0; i < 9; i++)
-        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    streams_new(st, 9);
     for (int round = 0; round < 2; round++) {
         int first = round == 0 ? 0 : 1, last = round == 0 ? 1 : 9;
         for (int i = first; i < last; i++)
@@ -824,8 +836,7 @@ static void concurrent_streams(void)
     /* no exec destroyed while its launches were queued: a destroy that waits would have held
      * up the launches of every other thread */
     ck_assert_uint_eq(tu_fake.exec_destroy_waits(), 0);
-    for (int i = 0; i < 9; i++)
-        TU_OK(tu.cuStreamDestroy(st[i]));
+    streams_free(st, 9);
 }
 
 START_TEST(concurrent_streams_never_wait_on_each_other)
@@ -1219,8 +1230,7 @@ static void streams_in_turn(int K)
 {
     CUstream st[16];
     ck_assert_int_le(K, 16);
-    for (int i = 0; i < K; i++)
-        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    streams_new(st, K);
     cupool_pipeline_t p;
     TU_OK(cupool_pipeline_create(&p));
     for (int round = 0; round < 4; round++) {
@@ -1242,8 +1252,7 @@ static void streams_in_turn(int K)
     if (tu_fake.present)
         ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
     TU_OK(cupool_pipeline_destroy(p));
-    for (int i = 0; i < K; i++)
-        TU_OK(tu.cuStreamDestroy(st[i]));
+    streams_free(st, K);
 }
 
 START_TEST(one_signature_on_eight_streams_claims_lock_free)
@@ -1269,8 +1278,7 @@ START_TEST(pool_streams_past_the_limit_claim_lock_free)
     setup_env("CUPOOL_GRAPH_EXECS_MAX", "2");
     enum { NS = 24, ROUNDS = 3, SLOT = 29 };
     CUstream st[NS];
-    for (int i = 0; i < NS; i++)
-        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    streams_new(st, NS);
     cupool_pipeline_t p;
     TU_OK(cupool_pipeline_create(&p));
     unsigned expect = 0;
@@ -1305,8 +1313,7 @@ START_TEST(pool_streams_past_the_limit_claim_lock_free)
     if (tu_fake.present)
         ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
     TU_OK(cupool_pipeline_destroy(p));
-    for (int i = 0; i < NS; i++)
-        TU_OK(tu.cuStreamDestroy(st[i]));
+    streams_free(st, NS);
 }
 END_TEST
 
@@ -1378,8 +1385,7 @@ START_TEST(any_stream_claim_with_failing_queries_and_records)
     setup_env("CUPOOL_GRAPH_EXECS_MAX", "1");
     enum { SLOT = 28, NS = 4 };
     CUstream st[NS];
-    for (int i = 0; i < NS; i++)
-        TU_OK(tu.cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+    streams_new(st, NS);
     cupool_pipeline_t p;
     TU_OK(cupool_pipeline_create(&p));
     unsigned expect = 0;
@@ -1415,8 +1421,7 @@ START_TEST(any_stream_claim_with_failing_queries_and_records)
     ck_assert_uint_eq(counter(SLOT), expect);
     ck_assert_uint_eq(tu_fake.exec_overlaps(), 0);
     TU_OK(cupool_pipeline_destroy(p));
-    for (int i = 0; i < NS; i++)
-        TU_OK(tu.cuStreamDestroy(st[i]));
+    streams_free(st, NS);
 }
 END_TEST
 
